@@ -1,0 +1,174 @@
+"""The server-side environment interface and its spec types.
+
+A server owns one :class:`Environment` per session, made by an
+:data:`EnvFactory` from the ``config`` map of the session's ``open`` frame.
+Everything an environment returns is plain data (numbers, strings, numpy
+arrays, lists and maps of those) so it can travel in protocol v1 frames.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidState
+
+__all__ = [
+    "ArraySpec",
+    "DiscreteSpec",
+    "EnvFactory",
+    "EnvResult",
+    "EnvSpec",
+    "Environment",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DiscreteSpec:
+    """A discrete action space: integers ``0 .. n-1``, with optional names."""
+
+    n: int
+    meanings: tuple[str, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "discrete", "n": self.n, "meanings": list(self.meanings)}
+
+    def contains(self, action: Any) -> bool:
+        return type(action) is int and 0 <= action < self.n
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySpec:
+    """An array with a fixed shape and dtype, bounded by ``low`` and ``high``."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    low: float | int | None = None
+    high: float | int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "type": "array",
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "low": self.low,
+            "high": self.high,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSpec:
+    """What a session offers: its action and observation spaces, plus extras."""
+
+    action: DiscreteSpec | ArraySpec
+    observation: ArraySpec
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "action": self.action.to_wire(),
+            "observation": self.observation.to_wire(),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_wire(cls, spec: Mapping[str, Any]) -> EnvSpec:
+        """Rebuild a spec from the ``spec`` map of an ``opened`` frame."""
+        extra = {k: v for k, v in spec.items() if k not in ("action", "observation")}
+        return cls(
+            action=_space_from_wire(spec["action"]),
+            observation=_array_from_wire(spec["observation"]),
+            extra=extra,
+        )
+
+
+def _array_from_wire(d: Mapping[str, Any]) -> ArraySpec:
+    return ArraySpec(tuple(d["shape"]), str(d["dtype"]), d.get("low"), d.get("high"))
+
+
+def _space_from_wire(d: Mapping[str, Any]) -> DiscreteSpec | ArraySpec:
+    if d.get("type") == "discrete":
+        return DiscreteSpec(int(d["n"]), tuple(d.get("meanings") or ()))
+    return _array_from_wire(d)
+
+
+@dataclass(slots=True)
+class EnvResult:
+    """The outcome of ``reset``, ``step`` or ``restore``."""
+
+    obs: np.ndarray[Any, Any] | None
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+class Environment(abc.ABC):
+    """One environment instance, owned by exactly one session.
+
+    Implementations raise :class:`~openenv_ws.errors.InvalidAction` for an
+    action outside the action space; any other exception ends the session
+    with the ``internal`` error code.
+    """
+
+    @property
+    @abc.abstractmethod
+    def spec(self) -> EnvSpec:
+        """The action and observation spaces of this instance."""
+
+    @abc.abstractmethod
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> EnvResult:
+        """Start a new episode; with a seed, the episode is reproducible."""
+
+    @abc.abstractmethod
+    def step(self, action: Any, *, obs: bool = True) -> EnvResult:
+        """Advance one agent step. With ``obs=False`` the result's ``obs`` may be None."""
+
+    @abc.abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Episode state: at least ``episode_id`` and ``step_count``."""
+
+    def snapshot(self) -> bytes:
+        """An opaque snapshot of the episode, restorable with :meth:`restore`."""
+        raise InvalidState(
+            f"{type(self).__name__} does not support snapshots", code="unsupported"
+        )
+
+    def restore(self, snapshot: bytes) -> EnvResult:
+        """Continue the episode from a snapshot; returns the observation there."""
+        raise InvalidState(
+            f"{type(self).__name__} does not support snapshots", code="unsupported"
+        )
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free the instance's resources. Called once, when the session ends."""
+
+
+#: Makes the environment of a session from its ``open`` config.
+#: Raises :class:`~openenv_ws.errors.EnvConfigError` for a config it refuses.
+EnvFactory = Callable[[dict[str, Any]], Environment]
+
+
+def check_keys(config: Mapping[str, Any], allowed: Sequence[str], what: str) -> None:
+    """Raise EnvConfigError naming any key of `config` not in `allowed`."""
+    from .errors import EnvConfigError
+
+    unknown = sorted(set(config) - set(allowed))
+    if unknown:
+        raise EnvConfigError(
+            f"unknown {what} option(s) {', '.join(unknown)}; known: {', '.join(allowed)}"
+        )

@@ -1,0 +1,585 @@
+"""Protocol v1, sans-I/O: typed frames, encode/decode, error codes, session states.
+
+Bytes in, frames out, and back. Nothing here touches a socket or an event
+loop, so the same code serves the server, every client and the HTTP fallback.
+``protocol/SPEC.md`` is the normative description of what this module does.
+
+Example::
+
+    >>> data = encode(Step(id=7, action=3))
+    >>> decode_client_frame(data)
+    Step(id=7, action=3, obs=True)
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, NamedTuple, TypeAlias
+
+import msgpack
+import numpy as np
+
+from ._arrays import EXT_NDARRAY, array_ext_parts, array_ext_payload, decode_array
+from .errors import InvalidState, OpenEnvError, PayloadTooBig, ProtocolError
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "ERRORS",
+    "PROTOCOL_VERSION",
+    "SUPPORTED_VERSIONS",
+    "WS_PATH",
+    "ClientFrame",
+    "Close",
+    "Closed",
+    "Error",
+    "ErrorInfo",
+    "GetState",
+    "Open",
+    "Opened",
+    "Reset",
+    "Restore",
+    "Result",
+    "ServerFrame",
+    "SessionMachine",
+    "SessionState",
+    "Snapshot",
+    "SnapshotData",
+    "StateReply",
+    "Step",
+    "decode_client_frame",
+    "decode_server_frame",
+    "encode",
+    "error_code_of",
+    "error_frame",
+]
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+#: Path of the session WebSocket endpoint.
+WS_PATH = "/ws"
+#: Largest frame a receiver accepts unless configured otherwise (1 MiB).
+DEFAULT_MAX_FRAME_SIZE = 1 << 20
+#: Request ids are unsigned 32-bit integers.
+MAX_ID = 0xFFFFFFFF
+#: How deep config/options/info/state values may nest.
+MAX_DEPTH = 8
+
+# --------------------------------------------------------------------------- errors
+
+
+class ErrorInfo(NamedTuple):
+    """What an error code means on the wire."""
+
+    fatal: bool
+    close_code: int | None
+    meaning: str
+
+
+#: Every stable error code: whether it ends the session and with which close code.
+ERRORS: dict[str, ErrorInfo] = {
+    "bad_frame": ErrorInfo(True, 1002, "the frame is not MessagePack or has no valid op/id"),
+    "text_frame": ErrorInfo(True, 1003, "a text message was sent; frames are binary"),
+    "too_big": ErrorInfo(True, 1009, "the frame is larger than the receiver's limit"),
+    "unsupported_version": ErrorInfo(True, 1002, "the server does not speak that version"),
+    "auth": ErrorInfo(True, 1008, "missing or wrong credentials"),
+    "capacity": ErrorInfo(True, 1013, "the server hosts its maximum number of sessions"),
+    "idle_timeout": ErrorInfo(True, 1001, "no request arrived within the idle timeout"),
+    "shutting_down": ErrorInfo(True, 1001, "the server is draining and closes sessions"),
+    "resume_failed": ErrorInfo(True, 1008, "the resume token is unknown or expired"),
+    "internal": ErrorInfo(True, 1011, "the environment failed; the session is lost"),
+    "bad_request": ErrorInfo(False, None, "a field is missing or has the wrong type"),
+    "unknown_op": ErrorInfo(False, None, "the op is not one this server knows"),
+    "not_open": ErrorInfo(False, None, "the op needs an open session; send open first"),
+    "already_open": ErrorInfo(False, None, "open was sent twice on one connection"),
+    "bad_config": ErrorInfo(False, None, "the environment configuration was refused"),
+    "not_reset": ErrorInfo(False, None, "step/snapshot before the first reset"),
+    "episode_over": ErrorInfo(False, None, "step after the episode ended; reset first"),
+    "invalid_action": ErrorInfo(False, None, "the action is outside the action space"),
+    "unsupported": ErrorInfo(False, None, "the environment does not support this op"),
+}
+
+
+def error_code_of(exc: BaseException) -> str:
+    """The wire error code for an exception raised while serving a request."""
+    if isinstance(exc, OpenEnvError) and exc.code in ERRORS:
+        return exc.code
+    return "internal"
+
+
+# --------------------------------------------------------------------------- frames
+
+_OPTIONAL = object()  # marker: field may be absent (its default applies)
+
+
+@dataclass(slots=True)
+class _Frame:
+    OP: ClassVar[str] = ""
+    id: int
+
+
+# Client -> server ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Open(_Frame):
+    """Start the session: protocol version and environment configuration."""
+
+    OP: ClassVar[str] = "open"
+    version: int = PROTOCOL_VERSION
+    config: dict[str, Any] = field(default_factory=dict)
+    token: str | None = None
+    resume: str | None = None
+
+
+@dataclass(slots=True)
+class Reset(_Frame):
+    """Start a new episode."""
+
+    OP: ClassVar[str] = "reset"
+    seed: int | None = None
+    episode_id: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Step(_Frame):
+    """Advance the episode by one agent step; ``obs=False`` leaves the observation out."""
+
+    OP: ClassVar[str] = "step"
+    action: Any = 0
+    obs: bool = True
+
+
+@dataclass(slots=True)
+class GetState(_Frame):
+    """Ask for the episode state (episode id, step count, configuration)."""
+
+    OP: ClassVar[str] = "state"
+
+
+@dataclass(slots=True)
+class Snapshot(_Frame):
+    """Ask for an opaque snapshot of the running episode."""
+
+    OP: ClassVar[str] = "snapshot"
+
+
+@dataclass(slots=True)
+class Restore(_Frame):
+    """Continue from a snapshot taken earlier in this session (or one like it)."""
+
+    OP: ClassVar[str] = "restore"
+    snapshot: bytes = b""
+
+
+@dataclass(slots=True)
+class Close(_Frame):
+    """End the session; the server answers ``closed`` and closes the socket."""
+
+    OP: ClassVar[str] = "close"
+
+
+# Server -> client ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Opened(_Frame):
+    """The session is open: its id, the negotiated version and the env spec."""
+
+    OP: ClassVar[str] = "opened"
+    session_id: str = ""
+    version: int = PROTOCOL_VERSION
+    spec: dict[str, Any] = field(default_factory=dict)
+    resume_token: str | None = None
+
+
+@dataclass(slots=True)
+class Result(_Frame):
+    """The outcome of reset, step or restore."""
+
+    OP: ClassVar[str] = "result"
+    obs: np.ndarray[Any, Any] | None = None
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class StateReply(_Frame):
+    """The episode state."""
+
+    OP: ClassVar[str] = "state"
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SnapshotData(_Frame):
+    """An opaque snapshot to pass back in ``restore``."""
+
+    OP: ClassVar[str] = "snapshot"
+    snapshot: bytes = b""
+
+
+@dataclass(slots=True)
+class Closed(_Frame):
+    """The session is closed; the socket closes next with code 1000."""
+
+    OP: ClassVar[str] = "closed"
+
+
+@dataclass(slots=True)
+class Error(_Frame):
+    """A request failed. ``id`` is None when the request's id could not be read."""
+
+    OP: ClassVar[str] = "error"
+    id: int | None  # type: ignore[assignment]
+    code: str = "internal"
+    message: str = ""
+    fatal: bool = True
+
+
+ClientFrame: TypeAlias = Open | Reset | Step | GetState | Snapshot | Restore | Close
+ServerFrame: TypeAlias = Opened | Result | StateReply | SnapshotData | Closed | Error
+
+
+def error_frame(request_id: int | None, code: str, message: str) -> Error:
+    """An error frame whose ``fatal`` flag follows the code's entry in :data:`ERRORS`."""
+    info = ERRORS.get(code, ERRORS["internal"])
+    return Error(id=request_id, code=code, message=message, fatal=info.fatal)
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return msgpack.ExtType(EXT_NDARRAY, array_ext_payload(obj))
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (tuple, set, frozenset)):
+        return list(obj)
+    raise ProtocolError(f"values of type {type(obj).__name__} cannot be encoded")
+
+
+_packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True)
+
+
+def encode(frame: ClientFrame | ServerFrame) -> bytes:
+    """Encode a frame as one MessagePack map: ``op``, ``id``, then every field in order.
+
+    Top-level arrays are spliced in with a single copy of their element bytes.
+
+    Raises:
+        ProtocolError: a value that protocol v1 cannot carry (e.g. an object array).
+    """
+    names = frame.__slots__
+    parts: list[bytes | memoryview] = [
+        _packer.pack_map_header(len(names) + 2),
+        _packer.pack("op"),
+        _packer.pack(frame.OP),
+    ]
+    pack = _packer.pack
+    # _Frame's own slot ("id") comes last in __slots__ of subclasses; emit it first.
+    parts.append(pack("id"))
+    parts.append(pack(frame.id))
+    for name in names:
+        value = getattr(frame, name)
+        parts.append(pack(name))
+        if type(value) is np.ndarray:
+            head, data = array_ext_parts(value)
+            parts.append(head)
+            parts.append(data)
+        else:
+            parts.append(pack(value))
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------- decode
+
+_Check = Callable[[str, Any], Any]
+
+
+def _bad(name: str, want: str, value: Any) -> ProtocolError:
+    return ProtocolError(
+        f"field '{name}' must be {want}, got {type(value).__name__}", code="bad_request"
+    )
+
+
+def _int(name: str, v: Any) -> int:
+    if type(v) is not int:
+        raise _bad(name, "an integer", v)
+    return v
+
+
+def _uint(name: str, v: Any) -> int:
+    if type(v) is not int or v < 0:
+        raise _bad(name, "a non-negative integer", v)
+    return v
+
+
+def _opt_uint(name: str, v: Any) -> int | None:
+    return None if v is None else _uint(name, v)
+
+
+def _bool(name: str, v: Any) -> bool:
+    if type(v) is not bool:
+        raise _bad(name, "a boolean", v)
+    return v
+
+
+def _float(name: str, v: Any) -> float:
+    if type(v) is float:
+        return v
+    if type(v) is int:
+        return float(v)
+    raise _bad(name, "a number", v)
+
+
+def _str(name: str, v: Any) -> str:
+    if type(v) is not str:
+        raise _bad(name, "a string", v)
+    return v
+
+
+def _opt_str(name: str, v: Any) -> str | None:
+    return None if v is None else _str(name, v)
+
+
+def _bytes(name: str, v: Any) -> bytes:
+    if type(v) is not bytes:
+        raise _bad(name, "binary data", v)
+    return v
+
+
+def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
+    if v is None or type(v) is np.ndarray:
+        return v
+    raise _bad(name, "an array (ext type 1) or nil", v)
+
+
+def _plain(name: str, v: Any, depth: int) -> None:
+    """Check a free-form value: nil, bool, int, float, str, bin, array, list, map."""
+    if depth > MAX_DEPTH:
+        raise ProtocolError(f"field '{name}' nests deeper than {MAX_DEPTH} levels", code="bad_request")
+    if v is None or type(v) in (bool, int, float, str, bytes, np.ndarray):
+        return
+    if type(v) is list:
+        for item in v:
+            _plain(name, item, depth + 1)
+        return
+    if type(v) is dict:
+        for key, item in v.items():
+            if type(key) is not str:
+                raise _bad(f"{name}.<key>", "a string", key)
+            _plain(name, item, depth + 1)
+        return
+    raise _bad(name, "nil, bool, number, string, binary, array, list or map", v)
+
+
+def _map(name: str, v: Any) -> dict[str, Any]:
+    if type(v) is not dict:
+        raise _bad(name, "a map", v)
+    _plain(name, v, 1)
+    return v
+
+
+def _map_or_nil(name: str, v: Any) -> dict[str, Any]:
+    return {} if v is None else _map(name, v)
+
+
+def _action(name: str, v: Any) -> Any:
+    if type(v) in (int, float, np.ndarray):
+        return v
+    if type(v) in (list, dict):
+        _plain(name, v, 1)
+        return v
+    raise _bad(name, "an integer, a number, an array, a list or a map", v)
+
+
+def _finite_float(name: str, v: Any) -> float:
+    f = _float(name, v)
+    if math.isnan(f):
+        raise _bad(name, "a number (not NaN)", v)
+    return f
+
+
+# field name -> (check, required); fields absent from the frame take the dataclass default.
+_SCHEMAS: dict[type[_Frame], dict[str, tuple[_Check, bool]]] = {
+    Open: {"version": (_uint, True), "config": (_map_or_nil, False),
+           "token": (_opt_str, False), "resume": (_opt_str, False)},
+    Reset: {"seed": (_opt_uint, False), "episode_id": (_opt_str, False),
+            "options": (_map_or_nil, False)},
+    Step: {"action": (_action, True), "obs": (_bool, False)},
+    GetState: {},
+    Snapshot: {},
+    Restore: {"snapshot": (_bytes, True)},
+    Close: {},
+    Opened: {"session_id": (_str, True), "version": (_uint, True), "spec": (_map, True),
+             "resume_token": (_opt_str, False)},
+    Result: {"obs": (_opt_array, False), "reward": (_finite_float, True),
+             "terminated": (_bool, True), "truncated": (_bool, True), "done": (_bool, True),
+             "info": (_map_or_nil, False)},
+    StateReply: {"state": (_map, True)},
+    SnapshotData: {"snapshot": (_bytes, True)},
+    Closed: {},
+    Error: {"code": (_str, True), "message": (_str, True), "fatal": (_bool, True)},
+}
+_CLIENT_OPS: dict[str, type[_Frame]] = {
+    c.OP: c for c in (Open, Reset, Step, GetState, Snapshot, Restore, Close)
+}
+_SERVER_OPS: dict[str, type[_Frame]] = {
+    c.OP: c for c in (Opened, Result, StateReply, SnapshotData, Closed, Error)
+}
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_NDARRAY:
+        return decode_array(data)
+    raise ProtocolError(f"MessagePack extension type {code} is not part of protocol v1")
+
+
+def _unpack(data: bytes | bytearray | memoryview, max_frame_size: int) -> dict[str, Any]:
+    size = len(data)
+    if size > max_frame_size:
+        raise PayloadTooBig(size, max_frame_size)
+    try:
+        obj = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True,
+                              use_list=True)
+    except ProtocolError:
+        raise
+    except msgpack.ExtraData:
+        raise ProtocolError("frame holds bytes after its MessagePack map; send one map per message") from None
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad frame
+        raise ProtocolError(f"frame is not valid MessagePack: {exc}") from None
+    if type(obj) is not dict:
+        raise ProtocolError(f"frame must be a MessagePack map, got {type(obj).__name__}")
+    return obj
+
+
+def _decode(data: bytes | bytearray | memoryview, ops: dict[str, type[_Frame]],
+            max_frame_size: int) -> Any:
+    raw = _unpack(data, max_frame_size)
+    op = raw.get("op")
+    rid = raw.get("id")
+    if type(op) is not str:
+        raise ProtocolError("frame has no string field 'op'")
+    cls = ops.get(op)
+    if cls is Error:
+        if rid is not None and (type(rid) is not int or not 0 <= rid <= MAX_ID):
+            raise ProtocolError("field 'id' must be an unsigned 32-bit integer or nil")
+    elif type(rid) is not int or not 0 <= rid <= MAX_ID:
+        raise ProtocolError("frame has no field 'id' holding an unsigned 32-bit integer")
+    if cls is None:
+        err = ProtocolError(f"op '{op}' is unknown; known ops: {', '.join(ops)}", code="unknown_op")
+        err.request_id = rid  # type: ignore[attr-defined]
+        raise err
+    values: dict[str, Any] = {"id": rid}
+    try:
+        for name, (check, required) in _SCHEMAS[cls].items():
+            if name in raw:
+                values[name] = check(name, raw[name])
+            elif required:
+                raise ProtocolError(f"op '{op}' needs field '{name}'", code="bad_request")
+    except ProtocolError as err:
+        err.request_id = rid  # type: ignore[attr-defined]
+        raise
+    return cls(**values)
+
+
+def decode_client_frame(
+    data: bytes | bytearray | memoryview, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+) -> ClientFrame:
+    """Decode a frame sent by a client.
+
+    Raises:
+        PayloadTooBig: ``len(data)`` is above ``max_frame_size`` (checked first).
+        ProtocolError: anything else wrong; ``code`` is ``bad_frame`` (envelope
+            unreadable), ``unknown_op`` or ``bad_request`` (a field is wrong),
+            and ``request_id`` holds the id when it could be read.
+    """
+    frame: ClientFrame = _decode(data, _CLIENT_OPS, max_frame_size)
+    return frame
+
+
+def decode_server_frame(
+    data: bytes | bytearray | memoryview, *, max_frame_size: int = 64 << 20
+) -> ServerFrame:
+    """Decode a frame sent by a server (same errors as :func:`decode_client_frame`)."""
+    frame: ServerFrame = _decode(data, _SERVER_OPS, max_frame_size)
+    return frame
+
+
+# --------------------------------------------------------------------------- session states
+
+
+class SessionState(enum.Enum):
+    """Where a session is in its life; see the state table in ``protocol/SPEC.md``."""
+
+    CONNECTED = "connected"  # socket up, no open yet
+    OPEN = "open"  # environment created, no episode yet
+    RUNNING = "running"  # an episode is in progress
+    ENDED = "ended"  # the episode terminated or was truncated
+    CLOSED = "closed"  # close was served or the socket is gone
+
+
+_S = SessionState
+# (state, op) -> error code; absent pairs are allowed.
+_REFUSED: dict[tuple[SessionState, str], str] = {
+    **{(_S.CONNECTED, op): "not_open" for op in ("reset", "step", "state", "snapshot", "restore")},
+    **{(s, "open"): "already_open" for s in (_S.OPEN, _S.RUNNING, _S.ENDED)},
+    (_S.OPEN, "step"): "not_reset",
+    (_S.OPEN, "snapshot"): "not_reset",
+    (_S.ENDED, "step"): "episode_over",
+}
+_AFTER: dict[str, SessionState] = {
+    "open": _S.OPEN, "reset": _S.RUNNING, "restore": _S.RUNNING, "close": _S.CLOSED,
+}
+_WHY = {
+    "not_open": "send 'open' with the environment configuration first",
+    "already_open": "this connection already holds a session; open a new connection for another",
+    "not_reset": "call reset() to start an episode first",
+    "episode_over": "the episode has ended (terminated or truncated); call reset() to start a new one",
+}
+
+
+class SessionMachine:
+    """The session state machine shared by the server and the clients."""
+
+    __slots__ = ("state",)
+
+    def __init__(self) -> None:
+        self.state = SessionState.CONNECTED
+
+    def check(self, op: str) -> None:
+        """Raise :class:`InvalidState` if `op` is not allowed in the current state."""
+        if self.state is _S.CLOSED:
+            raise InvalidState(f"'{op}' on a closed session; open a new session", code="closed")
+        code = _REFUSED.get((self.state, op))
+        if code is not None:
+            raise InvalidState(
+                f"'{op}' is not allowed while the session is {self.state.value}: {_WHY[code]}",
+                code=code,
+            )
+
+    def served(self, op: str, *, done: bool = False) -> None:
+        """Record that `op` was served; ``done`` marks a step/restore that ended the episode."""
+        after = _AFTER.get(op)
+        if after is not None:
+            self.state = after
+        if done and self.state is _S.RUNNING:
+            self.state = _S.ENDED
+
+    def closed(self) -> None:
+        self.state = _S.CLOSED
+
+
+def frame_fields(frame: ClientFrame | ServerFrame) -> Mapping[str, Any]:
+    """The frame as a plain mapping (``op`` first), e.g. for JSON views and logs."""
+    out: dict[str, Any] = {"op": frame.OP, "id": frame.id}
+    for name in frame.__slots__:
+        out[name] = getattr(frame, name)
+    return out

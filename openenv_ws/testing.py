@@ -1,0 +1,140 @@
+"""A small deterministic environment for testing servers, clients and transports.
+
+``FakeEnvironment`` needs no emulator: its observation is a function of the
+seed, the step count and the last action, so any transport can be checked
+against an in-process run bit for bit.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .environment import DiscreteSpec, ArraySpec, EnvResult, EnvSpec, Environment, check_keys
+from .errors import EnvConfigError, InvalidAction
+
+__all__ = ["FakeEnvironment", "fake_factory"]
+
+_OPTIONS = ("obs_shape", "n_actions", "episode_length", "fail_at_step", "step_sleep")
+
+
+class FakeEnvironment(Environment):
+    """Deterministic toy environment.
+
+    Config options: ``obs_shape`` (list of ints, default [4, 4]), ``n_actions``
+    (default 4), ``episode_length`` (steps until ``terminated``, default 10),
+    ``fail_at_step`` (raise RuntimeError on that step, for failure tests),
+    ``step_sleep`` (seconds each step blocks, for concurrency tests).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        config = dict(config or {})
+        check_keys(config, _OPTIONS, "fake environment")
+        shape = config.get("obs_shape", [4, 4])
+        if (
+            not isinstance(shape, list)
+            or not 1 <= len(shape) <= 4
+            or not all(type(d) is int and 0 < d <= 4096 for d in shape)
+        ):
+            raise EnvConfigError(f"obs_shape must be a list of 1-4 positive ints, got {shape!r}")
+        self._shape = tuple(shape)
+        self._n = _positive(config, "n_actions", 4)
+        self._length = _positive(config, "episode_length", 10)
+        self._fail_at = config.get("fail_at_step")
+        self._sleep = float(config.get("step_sleep", 0.0))
+        self._spec = EnvSpec(
+            action=DiscreteSpec(self._n, tuple(f"A{i}" for i in range(self._n))),
+            observation=ArraySpec(self._shape, "uint8", 0, 255),
+            extra={"env": "fake", "config": config},
+        )
+        self._seed = 0
+        self._steps = 0
+        self._total = 0
+        self._episode_id: str | None = None
+        self._last_action = 0
+
+    @property
+    def spec(self) -> EnvSpec:
+        return self._spec
+
+    def _obs(self) -> np.ndarray[Any, Any]:
+        base = (self._seed * 31 + self._steps * 7 + self._last_action * 3) % 256
+        flat = (np.arange(int(np.prod(self._shape)), dtype=np.int64) + base) % 256
+        return flat.astype(np.uint8).reshape(self._shape)
+
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> EnvResult:
+        if seed is not None:
+            self._seed = seed % (1 << 31)
+        self._steps = 0
+        self._last_action = 0
+        self._episode_id = episode_id or uuid.uuid4().hex
+        return EnvResult(self._obs(), info={"step": 0})
+
+    def step(self, action: Any, *, obs: bool = True) -> EnvResult:
+        if not self._spec.action.contains(action):
+            raise InvalidAction(f"action {action!r} is not an integer in [0, {self._n})")
+        if self._fail_at is not None and self._steps + 1 == self._fail_at:
+            raise RuntimeError("fake environment failure (fail_at_step)")
+        if self._sleep:
+            time.sleep(self._sleep)
+        self._steps += 1
+        self._total += 1
+        self._last_action = action
+        terminated = self._steps >= self._length
+        return EnvResult(
+            self._obs() if obs else None,
+            reward=float(action),
+            terminated=terminated,
+            info={"step": self._steps},
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {"episode_id": self._episode_id, "step_count": self._steps, "seed": self._seed}
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps((self._seed, self._steps, self._last_action, self._episode_id))
+
+    def restore(self, snapshot: bytes) -> EnvResult:
+        try:
+            seed, steps, last, episode_id = _load_snapshot(snapshot)
+        except Exception as exc:  # noqa: BLE001 - any bad snapshot is the caller's error
+            raise InvalidAction(f"snapshot is not one of this environment's: {exc}") from None
+        self._seed, self._steps, self._last_action, self._episode_id = seed, steps, last, episode_id
+        return EnvResult(self._obs(), info={"step": self._steps})
+
+
+def _load_snapshot(data: bytes) -> tuple[int, int, int, str | None]:
+    # Only plain tuples of ints/str are accepted; pickle's find_class is refused.
+    class _Safe(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            raise pickle.UnpicklingError(f"global {module}.{name} refused")
+
+    import io
+
+    value = _Safe(io.BytesIO(data)).load()
+    if not (isinstance(value, tuple) and len(value) == 4):
+        raise ValueError("wrong snapshot layout")
+    return value  # type: ignore[no-any-return]
+
+
+def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if type(value) is not int or value <= 0:
+        raise EnvConfigError(f"{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def fake_factory(config: dict[str, Any]) -> FakeEnvironment:
+    """An :data:`~openenv_ws.environment.EnvFactory` for :class:`FakeEnvironment`."""
+    return FakeEnvironment(config)
