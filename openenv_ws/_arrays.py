@@ -7,7 +7,8 @@ Payload layout (all integers little-endian)::
     offset 2       u32  x ndim   the shape, outermost dimension first
     offset 2+4*nd  raw C-order element bytes, exactly prod(shape) * itemsize
 
-Decoding is :func:`numpy.frombuffer` over the payload: no per-element work.
+Decoding views the payload in place: no per-element work (bool arrays are
+checked to hold only 0 and 1).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ import numpy as np
 
 from .errors import ProtocolError
 
-__all__ = ["DTYPE_CODES", "EXT_NDARRAY", "MAX_NDIM", "array_ext_parts", "decode_array"]
+__all__ = [
+    "DTYPE_CODES",
+    "EXT_NDARRAY",
+    "MAX_NDIM",
+    "array_ext_parts",
+    "array_ext_payload",
+    "decode_array",
+]
 
 #: MessagePack extension type code of an n-dimensional array.
 EXT_NDARRAY = 1
@@ -44,8 +52,15 @@ DTYPE_CODES: dict[str, int] = {
 _CODE_TO_DTYPE: dict[int, np.dtype[Any]] = {
     code: np.dtype(name).newbyteorder("<") for name, code in DTYPE_CODES.items()
 }
+# Keyed by dtype object: a dict hit is far cheaper than ``dtype.name``. Only
+# little-endian (and byte-order-free) dtypes hit; the rest take the slow path.
+_DTYPE_TO_CODE: dict[np.dtype[Any], int] = {dt: code for code, dt in _CODE_TO_DTYPE.items()}
 _ALLOWED = ", ".join(DTYPE_CODES)
 _U32_MAX = 0xFFFFFFFF
+# numpy sizes are signed 64-bit; larger shapes cannot exist even with no elements.
+_MAX_NBYTES = (1 << 63) - 1
+_SHAPE_STRUCTS = tuple(struct.Struct(f"<{n}I") for n in range(MAX_NDIM + 1))
+_HEAD_STRUCTS = tuple(struct.Struct(f"<BB{n}I") for n in range(MAX_NDIM + 1))
 
 
 def _ext_header(length: int) -> bytes:
@@ -69,19 +84,29 @@ def _ext_header(length: int) -> bytes:
 
 def _wire_array(arr: np.ndarray[Any, Any]) -> tuple[int, np.ndarray[Any, Any]]:
     """The dtype code and a little-endian C-contiguous view (or copy) of `arr`."""
-    code = DTYPE_CODES.get(arr.dtype.name)
+    code = _DTYPE_TO_CODE.get(arr.dtype)
     if code is None:
-        raise ProtocolError(
-            f"arrays of dtype {arr.dtype} cannot be sent; allowed dtypes: {_ALLOWED}"
-        )
+        code = DTYPE_CODES.get(arr.dtype.name)  # e.g. a big-endian dtype
+        if code is None:
+            raise ProtocolError(
+                f"arrays of dtype {arr.dtype} cannot be sent; allowed dtypes: {_ALLOWED}"
+            )
     if arr.ndim > MAX_NDIM:
         raise ProtocolError(f"arrays of {arr.ndim} dimensions cannot be sent; at most {MAX_NDIM}")
-    if any(d > _U32_MAX for d in arr.shape):
+    if arr.ndim and max(arr.shape) > _U32_MAX:
         raise ProtocolError(f"array dimension above 2**32-1 in shape {arr.shape}")
-    wire = _CODE_TO_DTYPE[code]
-    if arr.dtype != wire or not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr, dtype=wire)
+    if not arr.flags.c_contiguous or arr.dtype != _CODE_TO_DTYPE[code]:
+        arr = np.ascontiguousarray(arr, dtype=_CODE_TO_DTYPE[code])
     return code, arr
+
+
+def _head(code: int, arr: np.ndarray[Any, Any]) -> bytes:
+    head = _HEAD_STRUCTS[arr.ndim].pack(code, arr.ndim, *arr.shape)
+    if len(head) + arr.nbytes > _U32_MAX:
+        raise ProtocolError(
+            f"array of {arr.nbytes} bytes cannot be sent; one extension holds at most 4 GiB"
+        )
+    return head
 
 
 def array_ext_parts(arr: np.ndarray[Any, Any]) -> tuple[bytes, memoryview]:
@@ -89,26 +114,35 @@ def array_ext_parts(arr: np.ndarray[Any, Any]) -> tuple[bytes, memoryview]:
 
     The element bytes are returned as a memoryview so callers can splice them
     into the output with a single copy.
+
+    Raises:
+        ProtocolError: a dtype outside :data:`DTYPE_CODES`, more than
+            :data:`MAX_NDIM` dimensions, or a dimension above 2**32-1.
     """
     code, arr = _wire_array(arr)
-    ndim = arr.ndim
-    head = struct.pack(f"<BB{ndim}I", code, ndim, *arr.shape)
-    data = memoryview(arr).cast("B") if arr.size else memoryview(b"")
+    head = _head(code, arr)
+    data = arr.data.cast("B") if arr.size else memoryview(b"")
     return _ext_header(len(head) + data.nbytes) + head, data
 
 
 def array_ext_payload(arr: np.ndarray[Any, Any]) -> bytes:
-    """The ext payload alone (for MessagePack libraries' ``default`` hooks)."""
+    """The ext payload alone (for MessagePack libraries' ``default`` hooks).
+
+    Raises:
+        ProtocolError: as :func:`array_ext_parts`.
+    """
     code, arr = _wire_array(arr)
-    return struct.pack(f"<BB{arr.ndim}I", code, arr.ndim, *arr.shape) + arr.tobytes()
+    return _head(code, arr) + arr.tobytes()
 
 
 def decode_array(payload: bytes) -> np.ndarray[Any, Any]:
     """Decode an ext type 1 payload into a read-only array viewing `payload`.
 
     Raises:
-        ProtocolError: unknown dtype, too many dimensions, or a data size that
-            does not match the shape. Nothing is allocated before these checks.
+        ProtocolError: unknown dtype, too many dimensions, a shape too large to
+            exist, a data size that does not match the shape, or a bool array
+            holding bytes other than 0 and 1. Nothing is allocated before the
+            size checks.
     """
     size = len(payload)
     if size < 2:
@@ -124,7 +158,7 @@ def decode_array(payload: bytes) -> np.ndarray[Any, Any]:
         raise ProtocolError(
             f"array header declares {ndim} dimensions but the extension holds only {size} bytes"
         )
-    shape = struct.unpack_from(f"<{ndim}I", payload, 2)
+    shape = _SHAPE_STRUCTS[ndim].unpack_from(payload, 2)
     count = 1
     for d in shape:
         count *= d
@@ -134,9 +168,15 @@ def decode_array(payload: bytes) -> np.ndarray[Any, Any]:
             f"array of shape {shape} and dtype {dtype.name} needs {expected} data bytes, "
             f"but the extension carries {size - offset}"
         )
-    if count == 0:
-        return np.zeros(shape, dtype=dtype)
-    arr = np.frombuffer(payload, dtype=dtype, count=count, offset=offset).reshape(shape)
-    if code == 0 and arr.view(np.uint8).max() > 1:
+    if not count:
+        # A zero-size array still needs a representable shape: the bytes it would
+        # hold with its zero dimensions left out must fit a signed 64-bit size.
+        bound = dtype.itemsize
+        for d in shape:
+            bound *= d or 1
+        if bound > _MAX_NBYTES:
+            raise ProtocolError(f"array shape {shape} is too large to exist (over 2**63-1 bytes)")
+    arr: np.ndarray[Any, Any] = np.ndarray(shape, dtype, payload, offset)
+    if code == 0 and count and arr.view(np.uint8).max() > 1:
         raise ProtocolError("bool array holds bytes other than 0 and 1")
     return arr

@@ -48,15 +48,22 @@ class OpenEnvError(Exception):
 class ProtocolError(OpenEnvError):
     """Bytes or a frame that do not follow protocol v1.
 
-    ``code`` is ``bad_frame`` when the envelope itself is unreadable and
-    ``bad_request`` when a readable request has a bad field.
+    ``code`` is ``bad_frame`` when the envelope itself is unreadable,
+    ``unknown_op`` for an op the receiver does not know, ``bad_request`` when
+    a readable request has a bad field, and ``too_big`` for
+    :class:`PayloadTooBig`. ``request_id`` is the frame's ``id`` when it could
+    be read (so the error reply can echo it), else None.
     """
 
     code = "bad_frame"
+    request_id: int | None = None
 
-    def __init__(self, message: str, *, code: str = "bad_frame") -> None:
+    def __init__(
+        self, message: str, *, code: str = "bad_frame", request_id: int | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.request_id = request_id
 
 
 class PayloadTooBig(ProtocolError):

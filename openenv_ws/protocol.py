@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import enum
-import math
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple, TypeAlias
@@ -27,7 +27,10 @@ from .errors import InvalidState, OpenEnvError, PayloadTooBig, ProtocolError
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "DEFAULT_MAX_SERVER_FRAME_SIZE",
     "ERRORS",
+    "MAX_DEPTH",
+    "MAX_ID",
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
     "WS_PATH",
@@ -54,17 +57,21 @@ __all__ = [
     "encode",
     "error_code_of",
     "error_frame",
+    "frame_fields",
 ]
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 #: Path of the session WebSocket endpoint.
 WS_PATH = "/ws"
-#: Largest frame a receiver accepts unless configured otherwise (1 MiB).
+#: Largest client frame a server accepts unless configured otherwise (1 MiB).
 DEFAULT_MAX_FRAME_SIZE = 1 << 20
+#: Largest server frame a client accepts unless configured otherwise (64 MiB).
+DEFAULT_MAX_SERVER_FRAME_SIZE = 64 << 20
 #: Request ids are unsigned 32-bit integers.
 MAX_ID = 0xFFFFFFFF
-#: How deep config/options/info/state values may nest.
+#: How many levels of lists/maps a free-form value (config, options, action,
+#: spec, info, state) may nest, the value itself counting as level 1.
 MAX_DEPTH = 8
 
 # --------------------------------------------------------------------------- errors
@@ -110,8 +117,6 @@ def error_code_of(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- frames
-
-_OPTIONAL = object()  # marker: field may be absent (its default applies)
 
 
 @dataclass(slots=True)
@@ -267,53 +272,99 @@ def _default(obj: Any) -> Any:
 
 
 _packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True)
+_pack = _packer.pack
+_NIL, _FALSE, _TRUE = b"\xc0", b"\xc2", b"\xc3"
+_FLOAT64 = struct.Struct(">Bd")
+
+
+class _Layout(NamedTuple):
+    """Precomputed bytes of one frame class: everything up to the id, then each key."""
+
+    prefix: bytes
+    fields: tuple[tuple[str, bytes, bool], ...]  # (name, packed key, is a float field)
+
+
+def _layout(cls: type[_Frame]) -> _Layout:
+    names = [f.name for f in fields(cls) if f.name != "id"]
+    prefix = b"".join(
+        (_packer.pack_map_header(len(names) + 2), _pack("op"), _pack(cls.OP), _pack("id"))
+    )
+    floats = {f.name for f in fields(cls) if f.type in ("float", float)}
+    return _Layout(prefix, tuple((n, _pack(n), n in floats) for n in names))
+
+
+_LAYOUTS: dict[type[_Frame], _Layout] = {}
 
 
 def encode(frame: ClientFrame | ServerFrame) -> bytes:
-    """Encode a frame as one MessagePack map: ``op``, ``id``, then every field in order.
+    """Encode a frame in the canonical form of ``protocol/SPEC.md``.
 
-    Top-level arrays are spliced in with a single copy of their element bytes.
+    One MessagePack map: ``op``, ``id``, then every field of the frame in
+    declaration order (absent values as nil); integers in their smallest form,
+    float fields as float64. Top-level arrays are spliced in with a single
+    copy of their element bytes.
 
     Raises:
-        ProtocolError: a value that protocol v1 cannot carry (e.g. an object array).
+        ProtocolError: a value that protocol v1 cannot carry: an id outside
+            0..2**32-1, a NaN reward, an integer outside 64 bits, an array of a
+            dtype outside the table, or an object MessagePack cannot hold.
     """
-    names = frame.__slots__
-    parts: list[bytes | memoryview] = [
-        _packer.pack_map_header(len(names) + 2),
-        _packer.pack("op"),
-        _packer.pack(frame.OP),
-    ]
-    pack = _packer.pack
-    # _Frame's own slot ("id") comes last in __slots__ of subclasses; emit it first.
-    parts.append(pack("id"))
-    parts.append(pack(frame.id))
-    for name in names:
-        value = getattr(frame, name)
-        parts.append(pack(name))
-        if type(value) is np.ndarray:
-            head, data = array_ext_parts(value)
-            parts.append(head)
-            parts.append(data)
-        else:
-            parts.append(pack(value))
+    cls = type(frame)
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        layout = _LAYOUTS[cls] = _layout(cls)
+    rid = frame.id
+    if (type(rid) is not int or not 0 <= rid <= MAX_ID) and not (rid is None and cls is Error):
+        raise ProtocolError(f"frame id must be an integer in 0..{MAX_ID}, got {rid!r}")
+    parts: list[bytes | memoryview] = [layout.prefix, _NIL if rid is None else _pack(rid)]
+    append = parts.append
+    try:
+        for name, key, is_float in layout.fields:
+            value = getattr(frame, name)
+            append(key)
+            if value is None:
+                append(_NIL)
+            elif value is True:
+                append(_TRUE)
+            elif value is False:
+                append(_FALSE)
+            elif is_float:
+                number = float(value)
+                if number != number:
+                    raise ProtocolError(f"field '{name}' is NaN; send a number")
+                append(_FLOAT64.pack(0xCB, number))
+            elif type(value) is np.ndarray:
+                head, data = array_ext_parts(value)
+                append(head)
+                append(data)
+            else:
+                append(_pack(value))
+    except ProtocolError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(
+            f"field '{name}' of a '{cls.OP}' frame cannot be encoded: {exc}"
+        ) from None
     return b"".join(parts)
 
 
 # --------------------------------------------------------------------------- decode
 
 _Check = Callable[[str, Any], Any]
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes, np.ndarray})
 
 
 def _bad(name: str, want: str, value: Any) -> ProtocolError:
+    if type(value) is msgpack.Timestamp:
+        return _foreign_ext()
     return ProtocolError(
         f"field '{name}' must be {want}, got {type(value).__name__}", code="bad_request"
     )
 
 
-def _int(name: str, v: Any) -> int:
-    if type(v) is not int:
-        raise _bad(name, "an integer", v)
-    return v
+def _foreign_ext() -> ProtocolError:
+    # msgpack decodes ext type -1 (timestamp) itself instead of calling the ext hook.
+    return ProtocolError("MessagePack extension type -1 is not part of protocol v1")
 
 
 def _uint(name: str, v: Any) -> int:
@@ -330,14 +381,6 @@ def _bool(name: str, v: Any) -> bool:
     if type(v) is not bool:
         raise _bad(name, "a boolean", v)
     return v
-
-
-def _float(name: str, v: Any) -> float:
-    if type(v) is float:
-        return v
-    if type(v) is int:
-        return float(v)
-    raise _bad(name, "a number", v)
 
 
 def _str(name: str, v: Any) -> str:
@@ -362,23 +405,29 @@ def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
     raise _bad(name, "an array (ext type 1) or nil", v)
 
 
-def _plain(name: str, v: Any, depth: int) -> None:
-    """Check a free-form value: nil, bool, int, float, str, bin, array, list, map."""
+def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int) -> None:
+    """Check a free-form container: string keys, plain values, at most MAX_DEPTH levels."""
     if depth > MAX_DEPTH:
-        raise ProtocolError(f"field '{name}' nests deeper than {MAX_DEPTH} levels", code="bad_request")
-    if v is None or type(v) in (bool, int, float, str, bytes, np.ndarray):
-        return
-    if type(v) is list:
-        for item in v:
-            _plain(name, item, depth + 1)
-        return
+        raise ProtocolError(
+            f"field '{name}' nests lists/maps deeper than {MAX_DEPTH} levels", code="bad_request"
+        )
     if type(v) is dict:
-        for key, item in v.items():
+        for key in v:
             if type(key) is not str:
-                raise _bad(f"{name}.<key>", "a string", key)
+                raise ProtocolError(
+                    f"field '{name}' has a map key of type {type(key).__name__}; keys are strings"
+                )
+        items: Any = v.values()
+    else:
+        items = v
+    for item in items:
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        if kind is list or kind is dict:
             _plain(name, item, depth + 1)
-        return
-    raise _bad(name, "nil, bool, number, string, binary, array, list or map", v)
+        else:
+            raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", item)
 
 
 def _map(name: str, v: Any) -> dict[str, Any]:
@@ -393,41 +442,79 @@ def _map_or_nil(name: str, v: Any) -> dict[str, Any]:
 
 
 def _action(name: str, v: Any) -> Any:
-    if type(v) in (int, float, np.ndarray):
+    kind = type(v)
+    if kind is int or kind is float or kind is np.ndarray:
         return v
-    if type(v) in (list, dict):
+    if kind is list or kind is dict:
         _plain(name, v, 1)
         return v
     raise _bad(name, "an integer, a number, an array, a list or a map", v)
 
 
-def _finite_float(name: str, v: Any) -> float:
-    f = _float(name, v)
-    if math.isnan(f):
-        raise _bad(name, "a number (not NaN)", v)
-    return f
+def _reward(name: str, v: Any) -> float:
+    if type(v) is float:
+        if v != v:
+            raise _bad(name, "a number (not NaN)", v)
+        return v
+    if type(v) is int:
+        return float(v)
+    raise _bad(name, "a number", v)
 
 
-# field name -> (check, required); fields absent from the frame take the dataclass default.
-_SCHEMAS: dict[type[_Frame], dict[str, tuple[_Check, bool]]] = {
-    Open: {"version": (_uint, True), "config": (_map_or_nil, False),
-           "token": (_opt_str, False), "resume": (_opt_str, False)},
-    Reset: {"seed": (_opt_uint, False), "episode_id": (_opt_str, False),
-            "options": (_map_or_nil, False)},
-    Step: {"action": (_action, True), "obs": (_bool, False)},
-    GetState: {},
-    Snapshot: {},
-    Restore: {"snapshot": (_bytes, True)},
-    Close: {},
-    Opened: {"session_id": (_str, True), "version": (_uint, True), "spec": (_map, True),
-             "resume_token": (_opt_str, False)},
-    Result: {"obs": (_opt_array, False), "reward": (_finite_float, True),
-             "terminated": (_bool, True), "truncated": (_bool, True), "done": (_bool, True),
-             "info": (_map_or_nil, False)},
-    StateReply: {"state": (_map, True)},
-    SnapshotData: {"snapshot": (_bytes, True)},
-    Closed: {},
-    Error: {"code": (_str, True), "message": (_str, True), "fatal": (_bool, True)},
+def _foreign(value: Any) -> bool:
+    """Whether an ignored value holds something no v1 frame may carry."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is msgpack.Timestamp:
+            return True
+        if kind is list:
+            stack.extend(v)
+        elif kind is dict:
+            if any(type(k) is not str for k in v):
+                return True
+            stack.extend(v.values())
+    return False
+
+
+# Per frame class, in wire order: (field name, check, required). Absent
+# optional fields take the dataclass default.
+_SCHEMAS: dict[type[_Frame], tuple[tuple[str, _Check, bool], ...]] = {
+    Open: (
+        ("version", _uint, True),
+        ("config", _map_or_nil, False),
+        ("token", _opt_str, False),
+        ("resume", _opt_str, False),
+    ),
+    Reset: (
+        ("seed", _opt_uint, False),
+        ("episode_id", _opt_str, False),
+        ("options", _map_or_nil, False),
+    ),
+    Step: (("action", _action, True), ("obs", _bool, False)),
+    GetState: (),
+    Snapshot: (),
+    Restore: (("snapshot", _bytes, True),),
+    Close: (),
+    Opened: (
+        ("session_id", _str, True),
+        ("version", _uint, True),
+        ("spec", _map, True),
+        ("resume_token", _opt_str, False),
+    ),
+    Result: (
+        ("obs", _opt_array, False),
+        ("reward", _reward, True),
+        ("terminated", _bool, True),
+        ("truncated", _bool, True),
+        ("done", _bool, True),
+        ("info", _map_or_nil, False),
+    ),
+    StateReply: (("state", _map, True),),
+    SnapshotData: (("snapshot", _bytes, True),),
+    Closed: (),
+    Error: (("code", _str, True), ("message", _str, True), ("fatal", _bool, True)),
 }
 _CLIENT_OPS: dict[str, type[_Frame]] = {
     c.OP: c for c in (Open, Reset, Step, GetState, Snapshot, Restore, Close)
@@ -435,6 +522,47 @@ _CLIENT_OPS: dict[str, type[_Frame]] = {
 _SERVER_OPS: dict[str, type[_Frame]] = {
     c.OP: c for c in (Opened, Result, StateReply, SnapshotData, Closed, Error)
 }
+_MISSING: Any = object()
+
+
+# Fast paths for the frames of the step loop. They accept exactly what the
+# generic schema walk accepts when every field is present and well-typed, and
+# return None otherwise so the walk produces the precise error.
+def _fast_result(raw: dict[Any, Any], rid: int) -> Result | None:
+    obs = raw.get("obs")
+    reward = raw.get("reward")
+    terminated = raw.get("terminated")
+    truncated = raw.get("truncated")
+    done = raw.get("done")
+    info = raw.get("info")
+    if (
+        len(raw) == 8
+        and (obs is None or type(obs) is np.ndarray)
+        and type(reward) is float
+        and reward == reward  # not NaN
+        and type(terminated) is bool
+        and type(truncated) is bool
+        and type(done) is bool
+        and type(info) is dict
+    ):
+        _plain("info", info, 1)
+        return Result(rid, obs, reward, terminated, truncated, done, info)
+    return None
+
+
+def _fast_step(raw: dict[Any, Any], rid: int) -> Step | None:
+    action = raw.get("action")
+    obs = raw.get("obs")
+    if len(raw) == 4 and type(action) is int and type(obs) is bool:
+        return Step(rid, action, obs)
+    return None
+
+
+_FAST: dict[type[_Frame], Callable[[dict[Any, Any], Any], Any]] = {
+    Result: _fast_result,
+    Step: _fast_step,
+}
+
 
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == EXT_NDARRAY:
@@ -442,50 +570,81 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise ProtocolError(f"MessagePack extension type {code} is not part of protocol v1")
 
 
-def _unpack(data: bytes | bytearray | memoryview, max_frame_size: int) -> dict[str, Any]:
-    size = len(data)
+def _unreadable(exc: Exception) -> ProtocolError:
+    """A ProtocolError naming why MessagePack could not decode a frame."""
+    if isinstance(exc, msgpack.ExtraData):
+        why = "it holds bytes after its MessagePack map; send one map per message"
+    elif isinstance(exc, msgpack.StackError):
+        why = "it nests deeper than 1024 levels"
+    elif isinstance(exc, msgpack.FormatError):
+        why = "it holds a byte that starts no MessagePack value (0xc1)"
+    elif isinstance(exc, UnicodeDecodeError):
+        why = f"a string is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    elif "incomplete input" in str(exc):
+        why = "it is truncated (the MessagePack data ends early)"
+    elif "map key" in str(exc):
+        why = "a map key is not a string; keys are strings"
+    elif "exceeds max" in str(exc):
+        why = f"a length prefix is larger than the frame itself ({exc})"
+    else:
+        why = f"it is not valid MessagePack ({exc})"
+    return ProtocolError(f"frame cannot be decoded: {why}")
+
+
+def _unpack(data: bytes | bytearray | memoryview, max_frame_size: int) -> dict[Any, Any]:
+    size = data.nbytes if type(data) is memoryview else len(data)
     if size > max_frame_size:
         raise PayloadTooBig(size, max_frame_size)
     try:
-        obj = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True,
-                              use_list=True)
+        obj = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
     except ProtocolError:
         raise
-    except msgpack.ExtraData:
-        raise ProtocolError("frame holds bytes after its MessagePack map; send one map per message") from None
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad frame
-        raise ProtocolError(f"frame is not valid MessagePack: {exc}") from None
+    except Exception as exc:  # any decoder failure is a bad frame, never another error type
+        raise _unreadable(exc) from None
     if type(obj) is not dict:
         raise ProtocolError(f"frame must be a MessagePack map, got {type(obj).__name__}")
     return obj
 
 
-def _decode(data: bytes | bytearray | memoryview, ops: dict[str, type[_Frame]],
-            max_frame_size: int) -> Any:
+def _decode(
+    data: bytes | bytearray | memoryview, ops: dict[str, type[_Frame]], max_frame_size: int
+) -> Any:
     raw = _unpack(data, max_frame_size)
     op = raw.get("op")
     rid = raw.get("id")
     if type(op) is not str:
         raise ProtocolError("frame has no string field 'op'")
     cls = ops.get(op)
-    if cls is Error:
-        if rid is not None and (type(rid) is not int or not 0 <= rid <= MAX_ID):
-            raise ProtocolError("field 'id' must be an unsigned 32-bit integer or nil")
-    elif type(rid) is not int or not 0 <= rid <= MAX_ID:
-        raise ProtocolError("frame has no field 'id' holding an unsigned 32-bit integer")
+    if (type(rid) is not int or not 0 <= rid <= MAX_ID) and not (rid is None and cls is Error):
+        raise ProtocolError(
+            f"frame has no field 'id' holding an integer in 0..{MAX_ID}"
+            + (" (nil is allowed in error frames only)" if rid is None and "id" in raw else "")
+        )
     if cls is None:
-        err = ProtocolError(f"op '{op}' is unknown; known ops: {', '.join(ops)}", code="unknown_op")
-        err.request_id = rid  # type: ignore[attr-defined]
-        raise err
-    values: dict[str, Any] = {"id": rid}
+        raise ProtocolError(
+            f"op '{op}' is unknown; known ops: {', '.join(ops)}", code="unknown_op", request_id=rid
+        )
     try:
-        for name, (check, required) in _SCHEMAS[cls].items():
-            if name in raw:
-                values[name] = check(name, raw[name])
+        fast = _FAST.get(cls)
+        if fast is not None:
+            frame = fast(raw, rid)
+            if frame is not None:
+                return frame
+        values: dict[str, Any] = {"id": rid}
+        seen = 2
+        for name, check, required in _SCHEMAS[cls]:
+            value = raw.get(name, _MISSING)
+            if value is not _MISSING:
+                values[name] = check(name, value)
+                seen += 1
             elif required:
                 raise ProtocolError(f"op '{op}' needs field '{name}'", code="bad_request")
+        if len(raw) != seen and any(_foreign(v) or type(k) is not str for k, v in raw.items()):
+            raise ProtocolError(
+                "an unknown field holds a non-string map key or an extension type other than 1"
+            )
     except ProtocolError as err:
-        err.request_id = rid  # type: ignore[attr-defined]
+        err.request_id = rid
         raise
     return cls(**values)
 
@@ -495,18 +654,27 @@ def decode_client_frame(
 ) -> ClientFrame:
     """Decode a frame sent by a client.
 
+    Args:
+        data: one complete binary WebSocket message.
+        max_frame_size: frames longer than this many bytes are refused unread.
+
+    Returns:
+        The typed frame. Arrays in it are read-only views of ``data``'s copy
+        made by the MessagePack decoder.
+
     Raises:
-        PayloadTooBig: ``len(data)`` is above ``max_frame_size`` (checked first).
-        ProtocolError: anything else wrong; ``code`` is ``bad_frame`` (envelope
-            unreadable), ``unknown_op`` or ``bad_request`` (a field is wrong),
-            and ``request_id`` holds the id when it could be read.
+        PayloadTooBig: the frame is above ``max_frame_size`` (checked first).
+        ProtocolError: anything else wrong; ``code`` is ``bad_frame`` (not
+            decodable, or no valid op/id), ``unknown_op`` or ``bad_request``
+            (a field is missing or wrong), and ``request_id`` holds the id
+            when it could be read.
     """
     frame: ClientFrame = _decode(data, _CLIENT_OPS, max_frame_size)
     return frame
 
 
 def decode_server_frame(
-    data: bytes | bytearray | memoryview, *, max_frame_size: int = 64 << 20
+    data: bytes | bytearray | memoryview, *, max_frame_size: int = DEFAULT_MAX_SERVER_FRAME_SIZE
 ) -> ServerFrame:
     """Decode a frame sent by a server (same errors as :func:`decode_client_frame`)."""
     frame: ServerFrame = _decode(data, _SERVER_OPS, max_frame_size)
@@ -536,7 +704,10 @@ _REFUSED: dict[tuple[SessionState, str], str] = {
     (_S.ENDED, "step"): "episode_over",
 }
 _AFTER: dict[str, SessionState] = {
-    "open": _S.OPEN, "reset": _S.RUNNING, "restore": _S.RUNNING, "close": _S.CLOSED,
+    "open": _S.OPEN,
+    "reset": _S.RUNNING,
+    "restore": _S.RUNNING,
+    "close": _S.CLOSED,
 }
 _WHY = {
     "not_open": "send 'open' with the environment configuration first",
@@ -574,6 +745,7 @@ class SessionMachine:
             self.state = _S.ENDED
 
     def closed(self) -> None:
+        """Record that the session ended (close served, fatal error, or socket gone)."""
         self.state = _S.CLOSED
 
 
