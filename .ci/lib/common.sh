@@ -39,6 +39,17 @@ apt_install() {
     log_elapsed "apt-get install $*" "$t0"
 }
 
+# unmount_under DIR: undo every mount at or below DIR, deepest first (what a
+# killed engine or an interrupted debootstrap leaves behind).
+unmount_under() {
+    local dir target
+    dir=$(realpath -m "$1")
+    awk -v dir="$dir" '$5 == dir || index($5, dir "/") == 1 { print $5 }' /proc/self/mountinfo \
+        | sort -r | while read -r target; do
+            umount -l "$target" 2>/dev/null || log "could not unmount $target"
+        done
+}
+
 # Point the docker client at the private engine unless the caller chose one.
 docker_host_default() {
     export DOCKER_HOST=${DOCKER_HOST:-unix://$OPENENV_WS_DOCKER_ROOT/docker.sock}

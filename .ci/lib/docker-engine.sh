@@ -54,16 +54,6 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
 }
 
-# Mounts left under the engine folder by an engine that died (container rootfs,
-# network namespaces, the data root bind mount), deepest first.
-unmount_leftovers() {
-    local target
-    awk -v root="$ROOT/" 'index($5, root) == 1 || $5 == substr(root, 1, length(root) - 1) { print $5 }' \
-        /proc/self/mountinfo | sort -r | while read -r target; do
-        umount -l "$target" 2>/dev/null || log "could not unmount $target"
-    done
-}
-
 # Containers of an engine that was killed keep running under their shims. Each
 # shim names this engine's containerd socket on its command line; killing a
 # container's init (pid 1 of its namespace) ends everything in the container.
@@ -82,7 +72,7 @@ kill_orphan_containers() {
 clear_stale_state() {
     stop_pid "$EXEC_ROOT/containerd/containerd.pid" containerd
     kill_orphan_containers
-    unmount_leftovers
+    unmount_under "$ROOT"
     rm -rf --one-file-system "$EXEC_ROOT"
     rm -f "$SOCK" "$PIDFILE"
 }
