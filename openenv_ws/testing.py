@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .environment import DiscreteSpec, ArraySpec, EnvResult, EnvSpec, Environment, check_keys
+from .environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec, check_keys
 from .errors import EnvConfigError, InvalidAction
 
 __all__ = ["FakeEnvironment", "fake_factory"]
@@ -43,6 +43,8 @@ class FakeEnvironment(Environment):
         ):
             raise EnvConfigError(f"obs_shape must be a list of 1-4 positive ints, got {shape!r}")
         self._shape = tuple(shape)
+        size = int(np.prod(self._shape))
+        self._pattern = (np.arange(size) % 256).astype(np.uint8).reshape(self._shape)
         self._n = _positive(config, "n_actions", 4)
         self._length = _positive(config, "episode_length", 10)
         self._fail_at = config.get("fail_at_step")
@@ -64,8 +66,8 @@ class FakeEnvironment(Environment):
 
     def _obs(self) -> np.ndarray[Any, Any]:
         base = (self._seed * 31 + self._steps * 7 + self._last_action * 3) % 256
-        flat = (np.arange(int(np.prod(self._shape)), dtype=np.int64) + base) % 256
-        return flat.astype(np.uint8).reshape(self._shape)
+        # uint8 addition wraps modulo 256, which is the pattern we want.
+        return self._pattern + np.uint8(base)
 
     def reset(
         self,

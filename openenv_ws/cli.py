@@ -1,0 +1,170 @@
+"""The ``openenv-ws`` command: ``serve``, ``demo``, ``games``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import ipaddress
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .environment import EnvFactory
+
+__all__ = ["main"]
+
+logger = logging.getLogger("openenv_ws.cli")
+
+
+def _load_factory(spec: str) -> EnvFactory:
+    """``atari``, ``fake`` or ``package.module:callable``."""
+    if spec == "atari":
+        from atari import atari_factory
+
+        return atari_factory
+    if spec == "fake":
+        from .testing import fake_factory
+
+        return fake_factory
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise SystemExit(f"--env must be 'atari', 'fake' or 'module:factory', got {spec!r}")
+    try:
+        factory: EnvFactory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"--env {spec!r} cannot be loaded: {exc}") from None
+    return factory
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .server import ServerLimits, bind_socket, create_app, uvicorn_config
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    limits = ServerLimits(max_sessions=args.max_sessions, max_frame_size=args.max_frame_size)
+    app = create_app(_load_factory(args.env), limits=limits)
+    sock = bind_socket(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    if not _is_loopback(args.host):
+        logger.warning("serving on a non-loopback address (%s) without authentication", args.host)
+    config = uvicorn_config(
+        app, host=args.host, port=port, max_frame_size=args.max_frame_size, log_level=args.log_level
+    )
+    print(f"openenv-ws: serving protocol v1 on ws://{shown}:{port}/ws", flush=True)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def _pong_policy(frame: Any) -> int:
+    """Track the ball with the right (green) paddle. Pong's minimal actions:
+    0 NOOP, 1 FIRE, 2 RIGHT (up), 3 LEFT (down), 4 RIGHTFIRE, 5 LEFTFIRE."""
+    import numpy as np
+
+    field = frame[34:194]
+    paddle = np.nonzero((field[:, 140:144, 1] == 186).any(axis=1))[0]
+    ball = np.nonzero((field[:, :140, 0] == 236).any(axis=1))[0]
+    if paddle.size == 0 or ball.size == 0:
+        return 1
+    centre, target = paddle.mean(), ball.mean()
+    if target < centre - 3:
+        return 2
+    if target > centre + 3:
+        return 3
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from atari.client import AtariEnv
+
+    print(
+        "openenv-ws demo: starting a local server and playing Pong over a WebSocket ...", flush=True
+    )
+    latencies: list[float] = []
+    score = [0, 0]
+    with AtariEnv(game="pong", max_episode_steps=args.max_steps) as env:
+        result = env.reset(seed=args.seed)
+        start = time.perf_counter()
+        while not result.done:
+            action = _pong_policy(result.observation.screen)
+            t0 = time.perf_counter()
+            result = env.step(action)
+            latencies.append(time.perf_counter() - t0)
+            if result.reward > 0:
+                score[0] += int(result.reward)
+            elif result.reward < 0:
+                score[1] += int(-result.reward)
+        elapsed = time.perf_counter() - start
+        state = env.state()
+    lat = np.array(latencies) * 1e6
+    print(
+        f"episode {state.episode_id[:8]}: {state.step_count} steps, "
+        f"score {score[0]} (agent) - {score[1]} (cpu), "
+        f"{'game over' if result.terminated else 'truncated'}"
+    )
+    print(
+        f"{len(lat) / elapsed:,.0f} steps/s; step latency p50 {np.percentile(lat, 50):.0f} us, "
+        f"p99 {np.percentile(lat, 99):.0f} us (RGB 210x160x3 frames)"
+    )
+    return 0
+
+
+def cmd_games(args: argparse.Namespace) -> int:
+    from atari import games
+
+    for name in games():
+        print(name)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="openenv-ws", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run a server")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
+    serve.add_argument("--env", default="atari", help="atari, fake or module:factory")
+    serve.add_argument("--max-sessions", type=int, default=1024)
+    serve.add_argument(
+        "--max-frame-size", type=int, default=1 << 20, help="largest request frame in bytes"
+    )
+    serve.add_argument(
+        "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    demo = sub.add_parser("demo", help="play an episode of Pong against an embedded server")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--max-steps", type=int, default=None, help="truncate the episode after this many steps"
+    )
+    demo.set_defaults(func=cmd_demo)
+
+    listing = sub.add_parser("games", help="list the bundled Atari games")
+    listing.set_defaults(func=cmd_games)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

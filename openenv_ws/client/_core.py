@@ -1,0 +1,144 @@
+"""Request/reply bookkeeping shared by every client, sans-I/O.
+
+The sync and async clients only move bytes; this module builds request
+frames with fresh ids, recognises the matching reply (discarding late replies
+to requests that timed out), turns error frames into exceptions and result
+frames into :class:`StepResult`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from ..environment import EnvSpec
+from ..errors import ProtocolError, RemoteEnvError, SessionClosed
+from ..protocol import (
+    MAX_ID,
+    PROTOCOL_VERSION,
+    Error,
+    Open,
+    Opened,
+    Result,
+    ServerFrame,
+    SnapshotData,
+    StateReply,
+    decode_server_frame,
+)
+
+__all__ = ["DEFAULT", "ClientCore", "StepResult"]
+
+ObsT = TypeVar("ObsT")
+
+#: Marker for "use the client's default timeout" (None disables the timeout).
+DEFAULT: Any = type("_Default", (), {"__repr__": lambda self: "DEFAULT"})()
+
+TOKEN_ENV = "OPENENV_WS_TOKEN"
+
+
+@dataclass(slots=True)
+class StepResult(Generic[ObsT]):
+    """What ``reset``, ``step`` and ``restore`` return.
+
+    Attributes:
+        observation: the observation (a read-only numpy array for the generic
+            client; typed clients put their observation model here), or None
+            when the step asked for no observation.
+        reward: reward of this step (sum over skipped frames for Atari).
+        terminated: the episode reached a terminal state.
+        truncated: the episode was cut by a time or frame limit.
+        done: ``terminated or truncated``.
+        info: extra per-step data (for Atari: lives, episode_frame_number, frame_number).
+    """
+
+    observation: ObsT
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class ClientCore:
+    """Ids, reply matching and error mapping for one session."""
+
+    __slots__ = (
+        "_next_id",
+        "closed_error",
+        "config",
+        "max_frame_size",
+        "resume_token",
+        "session_id",
+        "spec",
+        "token",
+    )
+
+    def __init__(
+        self, config: Mapping[str, Any], *, token: str | None, max_frame_size: int
+    ) -> None:
+        self.config = dict(config)
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self.max_frame_size = max_frame_size
+        self.session_id: str | None = None
+        self.spec: EnvSpec | None = None
+        self.resume_token: str | None = None
+        self.closed_error: SessionClosed | None = None
+        self._next_id = 0
+
+    def next_id(self) -> int:
+        self._next_id = (self._next_id + 1) & MAX_ID
+        return self._next_id
+
+    def open_frame(self) -> Open:
+        return Open(
+            id=self.next_id(), version=PROTOCOL_VERSION, config=self.config, token=self.token
+        )
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def decode(self, data: memoryview | bytes) -> ServerFrame:
+        return decode_server_frame(data, max_frame_size=self.max_frame_size)
+
+    @staticmethod
+    def is_reply(rid: int, frame: ServerFrame) -> bool:
+        """True if `frame` answers request `rid`; False for a late reply to an earlier one."""
+        return frame.id == rid or (frame.id is None and isinstance(frame, Error))
+
+    def check(self, frame: ServerFrame) -> ServerFrame:
+        """Raise for an error frame; remember fatal ones so later calls say why."""
+        if isinstance(frame, Error):
+            error = RemoteEnvError(
+                frame.code, frame.message, fatal=frame.fatal, request_id=frame.id
+            )
+            if frame.fatal:
+                self.closed_error = SessionClosed(None, f"the server ended the session: {error}")
+            raise error
+        return frame
+
+    def opened(self, frame: ServerFrame) -> Opened:
+        frame = self.check(frame)
+        if not isinstance(frame, Opened):
+            raise ProtocolError(f"expected 'opened' in answer to 'open', got '{frame.OP}'")
+        self.session_id = frame.session_id
+        self.spec = EnvSpec.from_wire(frame.spec)
+        self.resume_token = frame.resume_token
+        return frame
+
+    @staticmethod
+    def expect(
+        frame: ServerFrame, kind: type[Result] | type[StateReply] | type[SnapshotData]
+    ) -> Any:
+        if not isinstance(frame, kind):
+            raise ProtocolError(f"expected '{kind.OP}' reply, got '{frame.OP}'")
+        return frame
+
+
+def result_of(frame: Result) -> StepResult[np.ndarray[Any, Any] | None]:
+    return StepResult(
+        frame.obs, frame.reward, frame.terminated, frame.truncated, frame.done, frame.info
+    )

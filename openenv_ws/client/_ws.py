@@ -1,0 +1,367 @@
+"""A blocking RFC 6455 WebSocket client on a plain socket, built for latency.
+
+The step path of the synchronous client is: one ``sendall`` of a small masked
+frame, then ``recv_into`` straight into a reusable buffer until the reply is
+complete, then decode from a view of that buffer. No thread hop, no per-message
+buffer allocation, no extra copy of the payload. Reads are resumable: a timeout
+in the middle of a frame keeps what was read, so the next read continues it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import socket
+import ssl
+import struct
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
+
+try:
+    from websockets.speedups import apply_mask as _c_apply_mask
+except ImportError:  # pragma: no cover - websockets is built without its C extension
+    _c_apply_mask = None
+
+__all__ = ["BlockingWebSocket", "normalize_url"]
+
+_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
+_INITIAL_BUFFER = 1 << 18
+T = TypeVar("T")
+
+
+def _apply_mask(data: bytes, mask: bytes) -> bytes:
+    if _c_apply_mask is not None:
+        return bytes(_c_apply_mask(data, mask))
+    n = len(data)
+    key = int.from_bytes((mask * (n // 4 + 1))[:n], "little")
+    return (int.from_bytes(data, "little") ^ key).to_bytes(n, "little")
+
+
+def normalize_url(url: str, path: str = "/ws") -> str:
+    """Turn ``host:port``, ``http://host:port`` or ``ws://host:port[/path]`` into a ws URL."""
+    if "://" not in url:
+        url = "ws://" + url
+    parts = urlsplit(url)
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
+    if scheme is None:
+        raise ValueError(
+            f"URL scheme '{parts.scheme}' is not supported; use ws://, wss://, http:// or https://"
+        )
+    if not parts.hostname:
+        raise ValueError(f"URL '{url}' has no host")
+    p = parts.path if parts.path not in ("", "/") else path
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{parts.netloc}{p}{query}"
+
+
+def _frame_header(opcode: int, length: int, mask: bytes) -> bytes:
+    if length < 126:
+        return struct.pack("!BB", 0x80 | opcode, 0x80 | length) + mask
+    if length < 1 << 16:
+        return struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, length) + mask
+    return struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length) + mask
+
+
+class BlockingWebSocket:
+    """One client WebSocket connection with blocking, resumable I/O.
+
+    Args:
+        url: ``ws://`` or ``wss://`` URL.
+        open_timeout: seconds for TCP connect plus handshake (None: no limit).
+        headers: extra handshake headers (e.g. ``Authorization``).
+        max_size: largest incoming message in bytes.
+        busy_poll: seconds to spin on a non-blocking read before sleeping in
+            the kernel while waiting for a reply. Spinning spends client CPU
+            to skip the wake-up latency of a sleeping thread (tens of
+            microseconds per reply on virtual machines); 0 disables it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        open_timeout: float | None = 10.0,
+        headers: Mapping[str, str] | None = None,
+        max_size: int = 64 << 20,
+        busy_poll: float = 0.0,
+    ) -> None:
+        parts = urlsplit(url)
+        self.busy_poll = busy_poll
+        secure = parts.scheme == "wss"
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if secure else 80)
+        self.url = url
+        self.max_size = max_size
+        self.closed = False
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self._timeout: float | None = open_timeout
+        try:
+            sock = socket.create_connection((host, port), timeout=open_timeout)
+        except OSError as exc:
+            raise ServerUnavailable(
+                f"cannot connect to {host}:{port} ({exc}); is the server running at {url}?"
+            ) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if secure:
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        self._sock = sock
+        self._buf = bytearray(_INITIAL_BUFFER)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._fragments: bytearray | None = None
+        try:
+            self._handshake(
+                parts.netloc,
+                (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+                headers or {},
+            )
+        except BaseException:
+            self._abort()
+            raise
+
+    # ------------------------------------------------------------------ handshake
+
+    def _handshake(self, netloc: str, target: str, headers: Mapping[str, str]) -> None:
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines = [
+            f"GET {target} HTTP/1.1",
+            f"Host: {netloc}",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            f"Sec-WebSocket-Key: {key}",
+            "Sec-WebSocket-Version: 13",
+            "User-Agent: openenv-ws",
+            *(f"{k}: {v}" for k, v in headers.items()),
+        ]
+        try:
+            self._sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            head = self._read_http_head()
+        except TimeoutError:
+            raise ServerUnavailable(
+                f"no WebSocket handshake answer from {self.url} in time"
+            ) from None
+        except OSError as exc:
+            raise ServerUnavailable(f"WebSocket handshake with {self.url} failed: {exc}") from None
+        status_line, _, rest = head.partition("\r\n")
+        fields = {}
+        for line in rest.split("\r\n"):
+            name, _, value = line.partition(":")
+            fields[name.strip().lower()] = value.strip()
+        parts = status_line.split(" ", 2)
+        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        if status in (401, 403):
+            raise AuthError(
+                f"the server at {self.url} refused the connection (HTTP {status}); "
+                "pass the server's token with token=... (or OPENENV_WS_TOKEN)"
+            )
+        if status != 101:
+            raise ServerUnavailable(
+                f"{self.url} did not accept a WebSocket (answered '{status_line}'); "
+                "check the URL points at an openenv-ws server's /ws endpoint"
+            )
+        expected = base64.b64encode(hashlib.sha1(key.encode() + _GUID).digest()).decode()
+        if fields.get("sec-websocket-accept") != expected:
+            raise ProtocolError(
+                "the server's Sec-WebSocket-Accept does not match the handshake key"
+            )
+        if fields.get("sec-websocket-extensions"):
+            raise ProtocolError("the server enabled a WebSocket extension that was not offered")
+
+    def _read_http_head(self) -> str:
+        while True:
+            end = self._buf.find(b"\r\n\r\n", 0, self._end)
+            if end >= 0:
+                head = bytes(self._buf[:end]).decode("latin-1")
+                self._start = end + 4
+                return head
+            if self._end > 65536:
+                raise ProtocolError("the handshake answer headers exceed 64 KiB")
+            n = self._sock.recv_into(self._view[self._end :])
+            if n == 0:
+                raise ServerUnavailable(f"{self.url} closed the connection during the handshake")
+            self._end += n
+
+    # ------------------------------------------------------------------ I/O
+
+    def _set_timeout(self, timeout: float | None) -> None:
+        if timeout != self._timeout:
+            self._sock.settimeout(timeout)
+            self._timeout = timeout
+
+    def send(self, data: bytes, *, opcode: int = _OP_BINARY) -> None:
+        """Send one message (a single masked frame)."""
+        if self.closed:
+            raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
+        mask = os.urandom(4)
+        try:
+            self._sock.sendall(_frame_header(opcode, len(data), mask) + _apply_mask(data, mask))
+        except OSError as exc:
+            self._lost(f"sending failed: {exc}")
+
+    def _fill(self, n: int) -> None:
+        """Make at least `n` unread bytes available in the buffer."""
+        while self._end - self._start < n:
+            if self._start + n > len(self._buf):
+                self._compact(n)
+            try:
+                got = self._spin() if self.busy_poll else -1
+                if got < 0:
+                    got = self._sock.recv_into(self._view[self._end :])
+            except TimeoutError:
+                raise RequestTimeout(
+                    f"no reply within {self._timeout} s; the request may still complete, "
+                    "its late reply will be discarded"
+                ) from None
+            except OSError as exc:
+                self._lost(f"receiving failed: {exc}")
+            if got == 0:
+                self._lost("the server closed the connection without a close frame")
+            self._end += got
+
+    def _spin(self) -> int:
+        """Read without sleeping for up to ``busy_poll`` seconds; -1 if nothing came."""
+        sock, view, end = self._sock, self._view, self._end
+        deadline = time.perf_counter() + self.busy_poll
+        while True:
+            try:
+                return sock.recv_into(view[end:], 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.perf_counter() > deadline:
+                    return -1
+
+    def _compact(self, need: int) -> None:
+        pending = self._end - self._start
+        if need > len(self._buf):
+            buf = bytearray(max(need, 2 * len(self._buf)))
+            buf[:pending] = self._view[self._start : self._end]
+            self._view.release()
+            self._buf = buf
+            self._view = memoryview(buf)
+        else:
+            self._buf[:pending] = self._buf[self._start : self._end]
+        self._start, self._end = 0, pending
+
+    def recv(self, handler: Callable[[memoryview], T], *, timeout: float | None) -> T:
+        """Receive one data message and return ``handler(view_of_message)``.
+
+        The view is only valid during the call. Control frames are answered
+        in passing (ping -> pong) and a close frame raises :class:`SessionClosed`.
+        """
+        if self.closed:
+            raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
+        self._set_timeout(timeout)
+        while True:
+            self._fill(2)
+            b0, b1 = self._buf[self._start], self._buf[self._start + 1]
+            if b1 & 0x80 or b0 & 0x70:
+                self._fail(1002, "the server sent a masked frame or used reserved bits")
+            length = b1 & 0x7F
+            head = 2
+            if length == 126:
+                self._fill(4)
+                length = int.from_bytes(self._buf[self._start + 2 : self._start + 4], "big")
+                head = 4
+            elif length == 127:
+                self._fill(10)
+                length = int.from_bytes(self._buf[self._start + 2 : self._start + 10], "big")
+                head = 10
+            if length > self.max_size:
+                self._fail(
+                    1009,
+                    f"message of {length} bytes is above the client's limit of {self.max_size}",
+                )
+            self._fill(head + length)
+            begin = self._start + head
+            payload = self._view[begin : begin + length]
+            opcode = b0 & 0x0F
+            fin = b0 & 0x80
+            try:
+                if opcode == _OP_BINARY and fin and self._fragments is None:
+                    return handler(payload)
+                if opcode in (_OP_BINARY, _OP_TEXT, _OP_CONT):
+                    message = self._assemble(opcode, fin, payload)
+                    if message is not None:
+                        return handler(memoryview(message))
+                elif opcode == _OP_PING:
+                    self.send(bytes(payload), opcode=_OP_PONG)
+                elif opcode == _OP_CLOSE:
+                    self._on_close(bytes(payload))
+                elif opcode != _OP_PONG:
+                    self._fail(1002, f"the server sent a frame with unknown opcode {opcode}")
+            finally:
+                payload.release()
+                self._start = begin + length
+
+    def _assemble(self, opcode: int, fin: int, payload: memoryview) -> bytearray | None:
+        if opcode != _OP_CONT:
+            if self._fragments is not None:
+                self._fail(1002, "the server started a new message inside a fragmented one")
+            self._fragments = bytearray()
+        elif self._fragments is None:
+            self._fail(1002, "the server sent a continuation frame with no message to continue")
+        assert self._fragments is not None
+        self._fragments += payload
+        if len(self._fragments) > self.max_size:
+            self._fail(
+                1009, f"fragmented message above the client's limit of {self.max_size} bytes"
+            )
+        if not fin:
+            return None
+        message, self._fragments = self._fragments, None
+        return message
+
+    def _on_close(self, payload: bytes) -> None:
+        code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
+        reason = payload[2:].decode("utf-8", "replace")
+        if not self.closed:
+            with contextlib.suppress(OSError):
+                self._sock.sendall(
+                    _frame_header(_OP_CLOSE, len(payload[:2]), b"\0\0\0\0") + payload[:2]
+                )
+        self.closed = True
+        self.close_code, self.close_reason = code, reason
+        self._abort()
+        raise SessionClosed(code, reason)
+
+    def _fail(self, code: int, reason: str) -> None:
+        self.close(code, reason[:120])
+        raise ProtocolError(reason)
+
+    def _lost(self, reason: str) -> None:
+        self.closed = True
+        self.close_code, self.close_reason = None, reason
+        self._abort()
+        raise SessionClosed(None, reason)
+
+    def close(self, code: int = 1000, reason: str = "", *, timeout: float = 2.0) -> None:
+        """Send a close frame, wait briefly for the server's, and shut the socket. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_code, self.close_reason = code, reason
+        payload = struct.pack("!H", code) + reason.encode()[:123]
+        mask = os.urandom(4)
+        try:
+            self._sock.sendall(
+                _frame_header(_OP_CLOSE, len(payload), mask) + _apply_mask(payload, mask)
+            )
+            self._sock.settimeout(timeout)
+            self._sock.shutdown(socket.SHUT_WR)
+            while self._sock.recv(65536):
+                pass
+        except OSError:
+            pass
+        self._abort()
+
+    def _abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()

@@ -1,0 +1,222 @@
+"""The asynchronous client: ``async with AsyncEnvClient(...) as env``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+
+from ..environment import EnvSpec
+from ..errors import AuthError, InvalidState, RequestTimeout, ServerUnavailable, SessionClosed
+from ..protocol import (
+    Close,
+    GetState,
+    Reset,
+    Restore,
+    Result,
+    ServerFrame,
+    Snapshot,
+    SnapshotData,
+    StateReply,
+    Step,
+    encode,
+)
+from ._core import DEFAULT, ClientCore, StepResult, result_of
+from ._ws import normalize_url
+
+__all__ = ["AsyncEnvClient"]
+
+ObsT = TypeVar("ObsT")
+
+
+class AsyncEnvClient(Generic[ObsT]):
+    """A session with a remote environment over one WebSocket (asyncio).
+
+    Create it with ``await AsyncEnvClient.connect(url, config=...)`` or use it
+    as ``async with AsyncEnvClient(url, config=...) as env``. Requests from
+    several tasks on one client are served one at a time, in order.
+
+    Args: as :class:`~openenv_ws.client.EnvClient`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        token: str | None = None,
+        open_timeout: float | None = 30.0,
+        timeout: float | None = 60.0,
+        max_frame_size: int = 64 << 20,
+    ) -> None:
+        self.url = normalize_url(url)
+        self.timeout = timeout
+        self.open_timeout = open_timeout
+        self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
+        self._ws: ClientConnection | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def connect(cls, url: str, **kwargs: Any) -> AsyncEnvClient[Any]:
+        """Connect and open the session."""
+        client = cls(url, **kwargs)
+        await client.open()
+        return client
+
+    async def open(self) -> None:
+        """Connect and send ``open``; called by ``async with`` and :meth:`connect`."""
+        if self._ws is not None:
+            return
+        try:
+            self._ws = await asyncio.wait_for(
+                connect(
+                    self.url,
+                    compression=None,
+                    max_size=self._core.max_frame_size,
+                    additional_headers=self._core.headers(),
+                    proxy=None,
+                    open_timeout=None,
+                    user_agent_header="openenv-ws",
+                ),
+                self.open_timeout,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            if status in (401, 403):
+                raise AuthError(
+                    f"the server at {self.url} refused the connection (HTTP {status}); "
+                    "pass the server's token with token=..."
+                ) from None
+            raise ServerUnavailable(
+                f"{self.url} did not accept a WebSocket (HTTP {status})"
+            ) from None
+        except (TimeoutError, OSError, InvalidURI) as exc:
+            raise ServerUnavailable(
+                f"cannot connect to {self.url} ({exc or type(exc).__name__}); "
+                "is the server running?"
+            ) from None
+        try:
+            self._core.opened(await self._request(self._core.open_frame(), self.open_timeout))
+        except BaseException:
+            await self._ws.close()
+            raise
+
+    @property
+    def spec(self) -> EnvSpec:
+        assert self._core.spec is not None, "the session is not open yet"
+        return self._core.spec
+
+    @property
+    def session_id(self) -> str:
+        assert self._core.session_id is not None, "the session is not open yet"
+        return self._core.session_id
+
+    async def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
+        ws = self._ws
+        if ws is None:
+            raise InvalidState(
+                "the client is not open; use 'async with' or await open()", code="not_open"
+            )
+        if self._closed:
+            raise self._core.closed_error or InvalidState(
+                "the client is closed; create a new one to open another session", code="closed"
+            )
+        rid = frame.id
+        async with self._lock:
+            try:
+                await ws.send(encode(frame))
+                async with asyncio.timeout(timeout):
+                    while True:
+                        reply = self._core.decode(await ws.recv(decode=False))
+                        if self._core.is_reply(rid, reply):
+                            break
+            except TimeoutError:
+                raise RequestTimeout(
+                    f"no reply to '{frame.OP}' within {timeout} s; a late reply will be discarded"
+                ) from None
+            except ConnectionClosed as exc:
+                rcvd = exc.rcvd
+                raise self._core.closed_error or SessionClosed(
+                    rcvd.code if rcvd else None,
+                    rcvd.reason if rcvd else "the connection dropped without a close frame",
+                ) from None
+        return self._core.check(reply)
+
+    def _t(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is DEFAULT else timeout
+
+    async def reset(
+        self,
+        *,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        timeout: float | None = DEFAULT,
+    ) -> StepResult[ObsT]:
+        """Start a new episode (deterministic for a given seed)."""
+        frame = Reset(
+            id=self._core.next_id(), seed=seed, episode_id=episode_id, options=dict(options or {})
+        )
+        reply = await self._request(frame, self._t(timeout))
+        return self._result_from_wire(ClientCore.expect(reply, Result))
+
+    async def step(
+        self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
+    ) -> StepResult[ObsT]:
+        """Advance one step; with ``obs=False`` the observation is left out (None)."""
+        if isinstance(action, np.integer):
+            action = int(action)
+        frame = Step(id=self._core.next_id(), action=self._action_to_wire(action), obs=obs)
+        reply = await self._request(frame, self._t(timeout))
+        return self._result_from_wire(ClientCore.expect(reply, Result))
+
+    async def state(self, *, timeout: float | None = DEFAULT) -> Any:
+        reply = await self._request(GetState(id=self._core.next_id()), self._t(timeout))
+        return self._state_from_wire(ClientCore.expect(reply, StateReply).state)
+
+    async def snapshot(self, *, timeout: float | None = DEFAULT) -> bytes:
+        reply = await self._request(Snapshot(id=self._core.next_id()), self._t(timeout))
+        snap: bytes = ClientCore.expect(reply, SnapshotData).snapshot
+        return snap
+
+    async def restore(
+        self, snapshot: bytes, *, timeout: float | None = DEFAULT
+    ) -> StepResult[ObsT]:
+        reply = await self._request(
+            Restore(id=self._core.next_id(), snapshot=bytes(snapshot)), self._t(timeout)
+        )
+        return self._result_from_wire(ClientCore.expect(reply, Result))
+
+    async def close(self) -> None:
+        """Close the session and free the server's environment. Idempotent."""
+        if self._closed or self._ws is None:
+            self._closed = True
+            return
+        # Closing is best effort: the socket goes either way.
+        with contextlib.suppress(Exception):
+            await self._request(Close(id=self._core.next_id()), 5.0)
+        self._closed = True
+        await self._ws.close()
+
+    async def __aenter__(self) -> AsyncEnvClient[ObsT]:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # hooks for typed clients (same as EnvClient's)
+    def _action_to_wire(self, action: Any) -> Any:
+        return action
+
+    def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
+        return result_of(frame)  # type: ignore[return-value]
+
+    def _state_from_wire(self, state: dict[str, Any]) -> Any:
+        return state

@@ -1,0 +1,185 @@
+"""The embedded default: an ``openenv-ws serve`` subprocess on a free local port."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from typing import IO, Any
+
+from ..errors import ServerUnavailable
+
+__all__ = ["LocalServerProvider"]
+
+_READY = re.compile(r"serving protocol v\d+ on ws://(?P<host>[^:/\s]+|\[[^\]]+\]):(?P<port>\d+)/ws")
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    # Linux: the server gets SIGTERM if the process that started it dies, even by SIGKILL.
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class LocalServerProvider:
+    """Start ``openenv-ws serve`` as a subprocess, wait until healthy, stop it on exit.
+
+    The child binds port 0 (the OS picks a free port) and prints the port; no
+    port is guessed, so parallel providers never collide. The child is stopped
+    when the provider is closed, garbage collected, or the parent dies.
+
+    Args:
+        host: address to bind (default 127.0.0.1).
+        args: extra ``openenv-ws serve`` arguments (e.g. ``["--workers", "2"]``).
+        startup_timeout: seconds to wait for the server to become healthy.
+        stop_timeout: seconds to wait after SIGTERM before SIGKILL.
+        env: extra environment variables for the child.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        args: Sequence[str] = (),
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 10.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.host = host
+        self.args = list(args)
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.env = env
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def url(self) -> str:
+        """The ws:// URL of the session endpoint."""
+        if self.port is None:
+            raise ServerUnavailable("the local server is not started; call start() first")
+        return f"ws://{self.host}:{self.port}/ws"
+
+    @property
+    def http_url(self) -> str:
+        return self.url.replace("ws://", "http://", 1)[: -len("/ws")]
+
+    def start(self) -> LocalServerProvider:
+        """Start the server and wait until ``/health`` answers.
+
+        Raises:
+            ServerUnavailable: the server exited or did not become healthy in time
+                (the message holds the tail of its output).
+        """
+        if self.process is not None:
+            return self
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+        cmd = [
+            sys.executable,
+            "-m",
+            "openenv_ws",
+            "serve",
+            "--host",
+            self.host,
+            "--port",
+            "0",
+            *self.args,
+        ]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
+        self.process = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        self._finalizer = weakref.finalize(self, _terminate, self.process, self.stop_timeout)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _output(self) -> str:
+        assert self._log is not None
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerUnavailable(
+                    f"the local server exited with code {self.process.returncode}:\n"
+                    f"{self._output()[-2000:]}"
+                )
+            if self.port is None:
+                match = _READY.search(self._output())
+                if match:
+                    self.port = int(match["port"])
+            if self.port is not None and self.health(timeout=1.0) is not None:
+                return
+            time.sleep(0.02)
+        raise ServerUnavailable(
+            f"the local server did not become healthy within {self.startup_timeout} s:\n"
+            f"{self._output()[-2000:]}"
+        )
+
+    def health(self, *, timeout: float = 2.0) -> dict[str, Any] | None:
+        """The server's ``/health`` answer, or None if it does not answer."""
+        if self.port is None:
+            return None
+        conn = http.client.HTTPConnection(self.host.strip("[]"), self.port, timeout=timeout)
+        try:
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            if response.status != 200:
+                return None
+            data: dict[str, Any] = json.loads(response.read())
+            return data
+        except (OSError, ValueError):
+            return None
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LocalServerProvider:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

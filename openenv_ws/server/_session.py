@@ -1,0 +1,230 @@
+"""One server-side session, sans-I/O: request bytes in, reply bytes (and maybe a close) out.
+
+The ASGI glue in :mod:`openenv_ws.server.app` feeds it the payload of every
+binary WebSocket message and sends back what it returns. Keeping this part free
+of I/O lets the HTTP fallback drive exactly the same logic.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from ..environment import EnvFactory, Environment, EnvResult
+from ..errors import OpenEnvError, ProtocolError
+from ..protocol import (
+    ERRORS,
+    SUPPORTED_VERSIONS,
+    Close,
+    Closed,
+    GetState,
+    Open,
+    Opened,
+    Reset,
+    Restore,
+    Result,
+    SessionMachine,
+    SessionState,
+    Snapshot,
+    SnapshotData,
+    StateReply,
+    Step,
+    decode_client_frame,
+    encode,
+    error_frame,
+)
+
+__all__ = ["CloseRequest", "ServerSession"]
+
+logger = logging.getLogger("openenv_ws.server")
+
+
+class CloseRequest(NamedTuple):
+    """The server closes the socket after sending the reply: code and reason."""
+
+    code: int
+    reason: str
+
+
+_NORMAL_CLOSE = CloseRequest(1000, "session closed")
+
+
+class ServerSession:
+    """The state of one session: its environment, its state machine and its counters.
+
+    Args:
+        env_factory: makes the environment from the ``open`` config.
+        max_frame_size: largest request frame accepted, in bytes.
+        admit: called on ``open``; returns an error code (e.g. ``capacity``)
+            and message to refuse the session, or None to admit it.
+        release: called once when a session that was admitted ends.
+    """
+
+    __slots__ = (
+        "_admit",
+        "_admitted",
+        "_factory",
+        "_max_frame_size",
+        "_release",
+        "env",
+        "machine",
+        "session_id",
+        "steps",
+    )
+
+    def __init__(
+        self,
+        env_factory: EnvFactory,
+        *,
+        max_frame_size: int,
+        admit: Callable[[Open], tuple[str, str] | None] | None = None,
+        release: Callable[[], None] | None = None,
+    ) -> None:
+        self._factory = env_factory
+        self._max_frame_size = max_frame_size
+        self._admit = admit
+        self._release = release
+        self._admitted = False
+        self.env: Environment | None = None
+        self.machine = SessionMachine()
+        self.session_id = uuid.uuid4().hex
+        self.steps = 0
+
+    # ------------------------------------------------------------------ entry points
+
+    def handle(self, data: bytes) -> tuple[bytes, CloseRequest | None]:
+        """Serve one request frame; return the encoded reply and an optional close."""
+        try:
+            frame = decode_client_frame(data, max_frame_size=self._max_frame_size)
+        except ProtocolError as exc:
+            return self._error(getattr(exc, "request_id", None), exc.code, str(exc))
+        try:
+            return self._dispatch(frame)
+        except OpenEnvError as exc:
+            code = exc.code if exc.code in ERRORS else "internal"
+            return self._error(frame.id, code, str(exc))
+        except Exception as exc:
+            logger.exception("session %s: environment failed on '%s'", self.session_id, frame.OP)
+            return self._error(
+                frame.id,
+                "internal",
+                f"the environment failed on '{frame.OP}' ({type(exc).__name__}: {exc}); "
+                "the session is closed, open a new one",
+            )
+
+    def refuse(self, code: str, message: str) -> tuple[bytes, CloseRequest]:
+        """An unsolicited fatal error (text frame, idle timeout, shutdown)."""
+        reply, close = self._error(None, code, message)
+        assert close is not None
+        return reply, close
+
+    def close(self) -> None:
+        """Free the environment and the session's slot; safe to call more than once."""
+        self.machine.closed()
+        env, self.env = self.env, None
+        if env is not None:
+            try:
+                env.close()
+            except Exception:
+                logger.exception("session %s: environment close failed", self.session_id)
+        self._leave()
+
+    @property
+    def state(self) -> SessionState:
+        return self.machine.state
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch(self, frame: Any) -> tuple[bytes, CloseRequest | None]:
+        machine = self.machine
+        machine.check(frame.OP)
+        env = self.env
+        match frame:
+            case Step(id=rid, action=action, obs=want_obs):
+                assert env is not None
+                result = env.step(action, obs=want_obs)
+                self.steps += 1
+                done = result.terminated or result.truncated
+                machine.served("step", done=done)
+                return _result(rid, result, done), None
+            case Reset(id=rid, seed=seed, episode_id=episode_id, options=options):
+                assert env is not None
+                result = env.reset(seed=seed, episode_id=episode_id, options=options)
+                done = result.terminated or result.truncated
+                machine.served("reset", done=done)
+                return _result(rid, result, done), None
+            case GetState(id=rid):
+                assert env is not None
+                return encode(StateReply(id=rid, state=env.state())), None
+            case Open():
+                return self._open(frame)
+            case Snapshot(id=rid):
+                assert env is not None
+                return encode(SnapshotData(id=rid, snapshot=env.snapshot())), None
+            case Restore(id=rid, snapshot=blob):
+                assert env is not None
+                result = env.restore(blob)
+                done = result.terminated or result.truncated
+                machine.served("restore", done=done)
+                return _result(rid, result, done), None
+            case Close(id=rid):
+                machine.served("close")
+                return encode(Closed(id=rid)), _NORMAL_CLOSE
+        raise ProtocolError(f"op '{frame.OP}' has no handler", code="unknown_op")
+
+    def _open(self, frame: Open) -> tuple[bytes, CloseRequest | None]:
+        if frame.version not in SUPPORTED_VERSIONS:
+            supported = ", ".join(map(str, SUPPORTED_VERSIONS))
+            return self._error(
+                frame.id,
+                "unsupported_version",
+                f"protocol version {frame.version} is not supported; this server speaks {supported}",
+            )
+        if self._admit is not None:
+            refusal = self._admit(frame)
+            if refusal is not None:
+                return self._error(frame.id, *refusal)
+            self._admitted = True
+        try:
+            self.env = self._factory(dict(frame.config))
+        except BaseException:
+            self._leave()
+            raise
+        self.machine.served("open")
+        opened = Opened(
+            id=frame.id,
+            session_id=self.session_id,
+            spec=self.env.spec.to_wire(),
+        )
+        return encode(opened), None
+
+    def _leave(self) -> None:
+        if self._admitted:
+            self._admitted = False
+            if self._release is not None:
+                self._release()
+
+    def _error(self, rid: int | None, code: str, message: str) -> tuple[bytes, CloseRequest | None]:
+        frame = error_frame(rid, code, message)
+        if not frame.fatal:
+            return encode(frame), None
+        close_code = ERRORS[code].close_code or 1011
+        # Close reasons are limited to 123 bytes by RFC 6455.
+        reason = message.encode()[:120].decode(errors="ignore")
+        return encode(frame), CloseRequest(close_code, reason)
+
+
+def _result(rid: int, r: EnvResult, done: bool) -> bytes:
+    return encode(
+        Result(
+            id=rid,
+            obs=r.obs,
+            reward=float(r.reward),
+            terminated=bool(r.terminated),
+            truncated=bool(r.truncated),
+            done=done,
+            info=r.info,
+        )
+    )

@@ -1,0 +1,153 @@
+"""The Starlette application: the session WebSocket endpoint and ``GET /health``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+
+from ..environment import EnvFactory
+from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH, Open
+from ._session import ServerSession
+
+__all__ = ["ServerLimits", "SessionRegistry", "create_app"]
+
+logger = logging.getLogger("openenv_ws.server")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Limits of one server process.
+
+    Attributes:
+        max_sessions: sessions hosted at once; the next ``open`` gets ``capacity``.
+        max_frame_size: largest request frame in bytes (larger: close 1009).
+    """
+
+    max_sessions: int = 1024
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+
+
+@dataclass(slots=True)
+class SessionRegistry:
+    """The sessions a server process hosts right now, and its counters."""
+
+    limits: ServerLimits
+    active: set[ServerSession] = field(default_factory=set)
+    opened_total: int = 0
+
+    def admit(self, frame: Open) -> tuple[str, str] | None:
+        if len(self.active) >= self.limits.max_sessions:
+            return (
+                "capacity",
+                f"the server hosts its maximum of {self.limits.max_sessions} sessions; "
+                "retry later or use another server",
+            )
+        return None
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "protocol": PROTOCOL_VERSION,
+            "sessions": len(self.active),
+            "max_sessions": self.limits.max_sessions,
+            "opened_total": self.opened_total,
+            "pid": os.getpid(),
+        }
+
+
+class SessionEndpoint:
+    """Raw ASGI WebSocket endpoint: one :class:`ServerSession` per connection.
+
+    It talks ASGI directly rather than through Starlette's ``WebSocket``
+    wrapper: the per-message work is one receive, one session call, one send.
+    """
+
+    def __init__(self, env_factory: EnvFactory, registry: SessionRegistry) -> None:
+        self._factory = env_factory
+        self._registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
+        registry = self._registry
+        session = ServerSession(
+            self._factory,
+            max_frame_size=registry.limits.max_frame_size,
+            admit=self._admit,
+            release=lambda: registry.active.discard(session),
+        )
+        try:
+            await self._serve(session, receive, send)
+        finally:
+            session.close()
+
+    def _admit(self, frame: Open) -> tuple[str, str] | None:
+        return self._registry.admit(frame)
+
+    async def _serve(self, session: ServerSession, receive: Receive, send: Send) -> None:
+        registry = self._registry
+        handle = session.handle
+        while True:
+            message = await receive()
+            if message["type"] != "websocket.receive":
+                return  # websocket.disconnect: the peer is gone
+            data = message.get("bytes")
+            if data is None:
+                reply, close = session.refuse(
+                    "text_frame",
+                    "text messages are not protocol v1 frames; send binary MessagePack frames",
+                )
+            else:
+                was_open = session.env is not None
+                reply, close = handle(data)
+                if not was_open and session.env is not None:
+                    registry.active.add(session)
+                    registry.opened_total += 1
+            await send({"type": "websocket.send", "bytes": reply})
+            if close is not None:
+                await send({"type": "websocket.close", "code": close.code, "reason": close.reason})
+                return
+
+
+def create_app(
+    env_factory: EnvFactory,
+    *,
+    limits: ServerLimits | None = None,
+) -> Starlette:
+    """Build the Starlette app serving `env_factory`'s environments.
+
+    Args:
+        env_factory: makes one environment per session from its ``open`` config.
+        limits: per-process limits (sessions, frame size).
+
+    Returns:
+        A Starlette app with ``WS /ws`` (protocol v1) and ``GET /health``.
+    """
+    registry = SessionRegistry(limits or ServerLimits())
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse(registry.health())
+
+    app = Starlette(
+        routes=[
+            WebSocketRoute(WS_PATH, SessionEndpoint(env_factory, registry)),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
+    app.state.registry = registry
+    return app
