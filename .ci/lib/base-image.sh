@@ -11,7 +11,7 @@
 # in seconds instead of bootstrapping again; delete the tar to refresh it.
 # OPENENV_WS_DEBIAN_MIRROR overrides the mirror taken from apt's sources.
 set -euo pipefail
-# shellcheck source=common.sh
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 IMAGE=${1:-local/python:bookworm}

@@ -18,7 +18,7 @@
 # Settings: OPENENV_WS_DOCKER_ROOT (default /tmp/openenv-ws-docker),
 # OPENENV_WS_DOCKER_STORAGE (storage drivers to try in order; default "overlay2 vfs").
 set -euo pipefail
-# shellcheck source=common.sh
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 ROOT=$OPENENV_WS_DOCKER_ROOT
