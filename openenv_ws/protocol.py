@@ -357,9 +357,10 @@ _SCALARS = frozenset({type(None), bool, int, float, str, bytes, np.ndarray})
 def _bad(name: str, want: str, value: Any) -> ProtocolError:
     if type(value) is msgpack.Timestamp:
         return _foreign_ext()
-    return ProtocolError(
-        f"field '{name}' must be {want}, got {type(value).__name__}", code="bad_request"
-    )
+    got = type(value).__name__
+    if type(value) in (bool, int, float) or (type(value) is str and len(value) <= 20):
+        got = f"{got} {value!r}"
+    return ProtocolError(f"field '{name}' must be {want}, got {got}", code="bad_request")
 
 
 def _foreign_ext() -> ProtocolError:
@@ -370,6 +371,12 @@ def _foreign_ext() -> ProtocolError:
 def _uint(name: str, v: Any) -> int:
     if type(v) is not int or v < 0:
         raise _bad(name, "a non-negative integer", v)
+    return v
+
+
+def _uint32(name: str, v: Any) -> int:
+    if type(v) is not int or not 0 <= v <= MAX_ID:
+        raise _bad(name, f"an integer in 0..{MAX_ID}", v)
     return v
 
 
@@ -482,7 +489,7 @@ def _foreign(value: Any) -> bool:
 # optional fields take the dataclass default.
 _SCHEMAS: dict[type[_Frame], tuple[tuple[str, _Check, bool], ...]] = {
     Open: (
-        ("version", _uint, True),
+        ("version", _uint32, True),
         ("config", _map_or_nil, False),
         ("token", _opt_str, False),
         ("resume", _opt_str, False),
@@ -499,7 +506,7 @@ _SCHEMAS: dict[type[_Frame], tuple[tuple[str, _Check, bool], ...]] = {
     Close: (),
     Opened: (
         ("session_id", _str, True),
-        ("version", _uint, True),
+        ("version", _uint32, True),
         ("spec", _map, True),
         ("resume_token", _opt_str, False),
     ),
@@ -599,7 +606,7 @@ def _unpack(data: bytes | bytearray | memoryview, max_frame_size: int) -> dict[A
         obj = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
     except ProtocolError:
         raise
-    except Exception as exc:  # any decoder failure is a bad frame, never another error type
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad frame, never another error
         raise _unreadable(exc) from None
     if type(obj) is not dict:
         raise ProtocolError(f"frame must be a MessagePack map, got {type(obj).__name__}")
