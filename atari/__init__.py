@@ -1,0 +1,16 @@
+"""Atari 2600 games (ale-py) for openenv-ws: the server environment and typed client models."""
+
+from __future__ import annotations
+
+from .environment import AtariEnvironment, atari_factory, games, normalize_config
+from .models import AtariAction, AtariObservation, AtariState
+
+__all__ = [
+    "AtariAction",
+    "AtariEnvironment",
+    "AtariObservation",
+    "AtariState",
+    "atari_factory",
+    "games",
+    "normalize_config",
+]
