@@ -96,7 +96,7 @@ def _wire_array(arr: np.ndarray[Any, Any]) -> tuple[int, np.ndarray[Any, Any]]:
     if arr.ndim and max(arr.shape) > _U32_MAX:
         raise ProtocolError(f"array dimension above 2**32-1 in shape {arr.shape}")
     if not arr.flags.c_contiguous or arr.dtype != _CODE_TO_DTYPE[code]:
-        arr = np.ascontiguousarray(arr, dtype=_CODE_TO_DTYPE[code])
+        arr = np.asarray(arr, dtype=_CODE_TO_DTYPE[code], order="C")  # keeps 0-d arrays 0-d
     return code, arr
 
 
