@@ -87,7 +87,7 @@ client_frames = st.one_of(
         seed=st.none() | st.integers(0, 2**64 - 1),
         episode_id=opt_text,
         options=maps(),
-    ),  # fmt: skip
+    ),
     st.builds(protocol.Step, id=ids, action=actions, obs=st.booleans()),
     st.builds(protocol.GetState, id=ids),
     st.builds(protocol.Snapshot, id=ids),
@@ -97,7 +97,7 @@ client_frames = st.one_of(
 server_frames = st.one_of(
     st.builds(
         protocol.Opened, id=ids, session_id=texts, version=ids, spec=maps(), resume_token=opt_text
-    ),  # fmt: skip
+    ),
     st.builds(
         protocol.Result,
         id=ids,
@@ -107,7 +107,7 @@ server_frames = st.one_of(
         truncated=st.booleans(),
         done=st.booleans(),
         info=maps(),
-    ),  # fmt: skip
+    ),
     st.builds(protocol.StateReply, id=ids, state=maps()),
     st.builds(protocol.SnapshotData, id=ids, snapshot=st.binary(max_size=64)),
     st.builds(protocol.Closed, id=ids),
@@ -117,7 +117,7 @@ server_frames = st.one_of(
         code=st.sampled_from(sorted(protocol.ERRORS)),
         message=texts,
         fatal=st.booleans(),
-    ),  # fmt: skip
+    ),
 )
 
 
@@ -125,9 +125,14 @@ def _expected(frame: Any) -> Any:
     """What decoding must give back: ints in float fields become floats."""
     if isinstance(frame, protocol.Result):
         frame = protocol.Result(
-            frame.id, frame.obs, float(frame.reward), frame.terminated, frame.truncated,
-            frame.done, frame.info,
-        )  # fmt: skip
+            frame.id,
+            frame.obs,
+            float(frame.reward),
+            frame.terminated,
+            frame.truncated,
+            frame.done,
+            frame.info,
+        )
     return frame
 
 

@@ -64,9 +64,19 @@ def test_vectors_cover_every_op_and_error_code() -> None:
     }
     dtypes = {e["value"]["$array"]["dtype"] for e in V["arrays"]}
     assert dtypes == {
-        "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32",
-        "uint64", "int64", "float16", "float32", "float64",
-    }  # fmt: skip
+        "bool",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "uint32",
+        "int32",
+        "uint64",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+    }
     shapes = [tuple(e["value"]["$array"]["shape"]) for e in V["arrays"]]
     assert () in shapes and any(0 in s for s in shapes) and (128,) in shapes
 
@@ -87,8 +97,20 @@ def _independent_canonical(frame_obj: Any) -> bytes:
     """Canonical bytes built with plain msgpack, without the codec under test."""
 
     def ext(arr: np.ndarray[Any, Any]) -> msgpack.ExtType:
-        codes = {"bool": 0, "uint8": 1, "int8": 2, "uint16": 3, "int16": 4, "uint32": 5,
-                 "int32": 6, "uint64": 7, "int64": 8, "float16": 9, "float32": 10, "float64": 11}  # fmt: skip
+        codes = {
+            "bool": 0,
+            "uint8": 1,
+            "int8": 2,
+            "uint16": 3,
+            "int16": 4,
+            "uint32": 5,
+            "int32": 6,
+            "uint64": 7,
+            "int64": 8,
+            "float16": 9,
+            "float32": 10,
+            "float64": 11,
+        }
         head = struct.pack(f"<BB{arr.ndim}I", codes[arr.dtype.name], arr.ndim, *arr.shape)
         return msgpack.ExtType(1, head + arr.astype(arr.dtype.newbyteorder("<")).tobytes())
 
