@@ -89,7 +89,7 @@ def _pong_policy(frame: Any) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from atari.client import AtariEnv
+    from atari import AtariEnv
 
     print(
         "openenv-ws demo: starting a local server and playing Pong over a WebSocket ...", flush=True

@@ -15,12 +15,13 @@ from .wire import through_the_wire
 
 
 def test_package_exports() -> None:
-    from atari import environment, models
+    from atari import client, environment, models
 
     exported = set(atari.__all__)
     assert set(models.__all__) <= exported
     assert {"AtariEnvironment", "atari_factory", "games"} <= exported
-    assert exported <= set(environment.__all__) | set(models.__all__) | {"AtariEnv"}
+    assert set(client.__all__) <= exported
+    assert exported <= set(environment.__all__) | set(models.__all__) | set(client.__all__)
     for name in exported:
         assert getattr(atari, name) is not None
 

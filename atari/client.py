@@ -1,0 +1,158 @@
+"""Typed Atari clients: ``AtariEnv`` (blocking) and ``AsyncAtariEnv`` (asyncio)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openenv_ws.client import AsyncEnvClient, EnvClient, StepResult
+from openenv_ws.protocol import Result
+
+from .models import AtariAction, AtariObservation, AtariState
+
+__all__ = ["AsyncAtariEnv", "AtariEnv", "atari_config"]
+
+_OPTION_NAMES = (
+    "game",
+    "obs_type",
+    "frameskip",
+    "repeat_action_probability",
+    "full_action_space",
+    "mode",
+    "difficulty",
+    "max_episode_steps",
+    "max_num_frames_per_episode",
+)
+
+
+def atari_config(**options: Any) -> dict[str, Any]:
+    """The ``open`` config for the given Atari options; None means "server default"."""
+    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    if unknown:
+        raise TypeError(
+            f"unknown Atari option(s) {', '.join(unknown)}; known: {', '.join(_OPTION_NAMES)}"
+        )
+    return {
+        k: (list(v) if isinstance(v, tuple) else v) for k, v in options.items() if v is not None
+    }
+
+
+class _AtariWire:
+    """The typed conversions shared by the sync and async Atari clients."""
+
+    _core: Any
+
+    def _legal(self) -> list[int]:
+        legal = self._core.spec.extra.get("legal_actions")
+        return list(legal) if legal is not None else list(range(self._core.spec.action.n))
+
+    def _action_to_wire(self, action: Any) -> Any:
+        if isinstance(action, AtariAction):
+            return action.action_id
+        return int(action) if hasattr(action, "__index__") and type(action) is not bool else action
+
+    def _result_from_wire(self, frame: Result) -> StepResult[AtariObservation]:
+        legal = self.__dict__.get("_legal_cache")
+        if legal is None:
+            legal = self.__dict__["_legal_cache"] = self._legal()
+        return StepResult(
+            AtariObservation.from_result(frame, legal_actions=legal),
+            frame.reward,
+            frame.terminated,
+            frame.truncated,
+            frame.done,
+            frame.info,
+        )
+
+    def _state_from_wire(self, state: dict[str, Any]) -> AtariState:
+        return AtariState.from_wire(state)
+
+
+class AtariEnv(_AtariWire, EnvClient[AtariObservation]):
+    """A typed Atari session over WebSocket.
+
+    With no URL a local server subprocess is started (and stopped on close)::
+
+        with AtariEnv(game="breakout") as env:          # embedded local server
+            obs = env.reset(seed=0).observation
+            result = env.step(AtariAction(1))
+
+        with AtariEnv("ws://host:8000", game="pong") as env:  # a running server
+            ...
+
+    Keyword options are the Atari config (``game``, ``obs_type``, ``frameskip``,
+    ``repeat_action_probability``, ``full_action_space``, ``mode``,
+    ``difficulty``, ``max_episode_steps``, ``max_num_frames_per_episode``);
+    the rest (``token``, ``timeout``, ...) go to :class:`EnvClient`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        game: str = "pong",
+        obs_type: str = "rgb",
+        frameskip: int | tuple[int, int] | None = None,
+        repeat_action_probability: float | None = None,
+        full_action_space: bool | None = None,
+        mode: int | None = None,
+        difficulty: int | None = None,
+        max_episode_steps: int | None = None,
+        max_num_frames_per_episode: int | None = None,
+        **client_kwargs: Any,
+    ) -> None:
+        config = atari_config(
+            game=game,
+            obs_type=obs_type,
+            frameskip=frameskip,
+            repeat_action_probability=repeat_action_probability,
+            full_action_space=full_action_space,
+            mode=mode,
+            difficulty=difficulty,
+            max_episode_steps=max_episode_steps,
+            max_num_frames_per_episode=max_num_frames_per_episode,
+        )
+        provider = None
+        if url is None:
+            from openenv_ws.providers.local import LocalServerProvider
+
+            provider = LocalServerProvider().start()
+            url = provider.url
+        try:
+            super().__init__(url, config=config, **client_kwargs)
+        except BaseException:
+            if provider is not None:
+                provider.stop()
+            raise
+        self._provider = provider
+
+    @classmethod
+    def from_local(cls, **options: Any) -> AtariEnv:  # type: ignore[override]
+        """Start a local server subprocess and open a session on it (same as no URL)."""
+        return cls(None, **options)
+
+    def state(self, **kwargs: Any) -> AtariState:
+        state: AtariState = super().state(**kwargs)
+        return state
+
+
+class AsyncAtariEnv(_AtariWire, AsyncEnvClient[AtariObservation]):
+    """The asyncio twin of :class:`AtariEnv` (a server URL is required)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        game: str = "pong",
+        obs_type: str = "rgb",
+        **options_and_client_kwargs: Any,
+    ) -> None:
+        options = {
+            k: options_and_client_kwargs.pop(k)
+            for k in list(options_and_client_kwargs)
+            if k in _OPTION_NAMES
+        }
+        super().__init__(
+            url,
+            config=atari_config(game=game, obs_type=obs_type, **options),
+            **options_and_client_kwargs,
+        )
