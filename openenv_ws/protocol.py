@@ -268,7 +268,12 @@ def _default(obj: Any) -> Any:
         return obj.item()
     if isinstance(obj, (tuple, set, frozenset)):
         return list(obj)
-    raise ProtocolError(f"values of type {type(obj).__name__} cannot be encoded")
+    if isinstance(obj, int):
+        raise ProtocolError(f"integer {obj} is outside the 64-bit range MessagePack carries")
+    raise ProtocolError(
+        f"values of type {type(obj).__name__} cannot be encoded; "
+        "use nil, bool, int, float, str, bytes, numpy arrays, lists and maps"
+    )
 
 
 _packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True)
@@ -331,7 +336,7 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
             elif is_float:
                 number = float(value)
                 if number != number:
-                    raise ProtocolError(f"field '{name}' is NaN; send a number")
+                    raise ProtocolError("it is NaN; send a number")
                 append(_FLOAT64.pack(0xCB, number))
             elif type(value) is np.ndarray:
                 head, data = array_ext_parts(value)
@@ -339,9 +344,7 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
                 append(data)
             else:
                 append(_pack(value))
-    except ProtocolError:
-        raise
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (ProtocolError, TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(
             f"field '{name}' of a '{cls.OP}' frame cannot be encoded: {exc}"
         ) from None
