@@ -57,9 +57,9 @@ class ServerSession:
     Args:
         env_factory: makes the environment from the ``open`` config.
         max_frame_size: largest request frame accepted, in bytes.
-        admit: called on ``open``; returns an error code (e.g. ``capacity``)
-            and message to refuse the session, or None to admit it.
-        release: called once when a session that was admitted ends.
+        admit: called on ``open`` with this session; returns an error code
+            (e.g. ``capacity``) and message to refuse it, or None to admit it.
+        release: called once with this session when an admitted session ends.
     """
 
     __slots__ = (
@@ -79,8 +79,8 @@ class ServerSession:
         env_factory: EnvFactory,
         *,
         max_frame_size: int,
-        admit: Callable[[Open], tuple[str, str] | None] | None = None,
-        release: Callable[[], None] | None = None,
+        admit: Callable[[ServerSession], tuple[str, str] | None] | None = None,
+        release: Callable[[ServerSession], None] | None = None,
     ) -> None:
         self._factory = env_factory
         self._max_frame_size = max_frame_size
@@ -183,7 +183,7 @@ class ServerSession:
                 f"protocol version {frame.version} is not supported; this server speaks {supported}",
             )
         if self._admit is not None:
-            refusal = self._admit(frame)
+            refusal = self._admit(self)
             if refusal is not None:
                 return self._error(frame.id, *refusal)
             self._admitted = True
@@ -204,7 +204,7 @@ class ServerSession:
         if self._admitted:
             self._admitted = False
             if self._release is not None:
-                self._release()
+                self._release(self)
 
     def _error(self, rid: int | None, code: str, message: str) -> tuple[bytes, CloseRequest | None]:
         frame = error_frame(rid, code, message)

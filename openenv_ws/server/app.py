@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 
 from ..environment import EnvFactory
-from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH, Open
+from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
 from ._session import ServerSession
 
 __all__ = ["ServerLimits", "SessionRegistry", "create_app"]
@@ -48,14 +48,20 @@ class SessionRegistry:
     active: set[ServerSession] = field(default_factory=set)
     opened_total: int = 0
 
-    def admit(self, frame: Open) -> tuple[str, str] | None:
+    def admit(self, session: ServerSession) -> tuple[str, str] | None:
+        """Take `session` in, or say why not (``capacity``)."""
         if len(self.active) >= self.limits.max_sessions:
             return (
                 "capacity",
                 f"the server hosts its maximum of {self.limits.max_sessions} sessions; "
                 "retry later or use another server",
             )
+        self.active.add(session)
+        self.opened_total += 1
         return None
+
+    def release(self, session: ServerSession) -> None:
+        self.active.discard(session)
 
     def health(self) -> dict[str, Any]:
         return {
@@ -88,19 +94,15 @@ class SessionEndpoint:
         session = ServerSession(
             self._factory,
             max_frame_size=registry.limits.max_frame_size,
-            admit=self._admit,
-            release=lambda: registry.active.discard(session),
+            admit=registry.admit,
+            release=registry.release,
         )
         try:
             await self._serve(session, receive, send)
         finally:
             session.close()
 
-    def _admit(self, frame: Open) -> tuple[str, str] | None:
-        return self._registry.admit(frame)
-
     async def _serve(self, session: ServerSession, receive: Receive, send: Send) -> None:
-        registry = self._registry
         handle = session.handle
         while True:
             message = await receive()
@@ -113,11 +115,7 @@ class SessionEndpoint:
                     "text messages are not protocol v1 frames; send binary MessagePack frames",
                 )
             else:
-                was_open = session.env is not None
                 reply, close = handle(data)
-                if not was_open and session.env is not None:
-                    registry.active.add(session)
-                    registry.opened_total += 1
             await send({"type": "websocket.send", "bytes": reply})
             if close is not None:
                 await send({"type": "websocket.close", "code": close.code, "reason": close.reason})

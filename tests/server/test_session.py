@@ -167,11 +167,11 @@ def test_environment_failure_is_internal_and_fatal() -> None:
 def test_capacity_refusal_and_release() -> None:
     admitted: list[object] = []
 
-    def admit(frame: Open) -> tuple[str, str] | None:
+    def admit(session: ServerSession) -> tuple[str, str] | None:
         return ("capacity", "full") if admitted else None
 
     first = ServerSession(
-        fake_factory, max_frame_size=1 << 20, admit=admit, release=lambda: admitted.clear()
+        fake_factory, max_frame_size=1 << 20, admit=admit, release=lambda s: admitted.clear()
     )
     reply, _ = serve(first, Open(id=1))
     admitted.append(first)
