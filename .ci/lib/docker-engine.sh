@@ -13,7 +13,9 @@
 #
 # The engine never touches the host firewall or forwarding: containers get no route
 # out, and published ports (`-p 127.0.0.1::8000`) are served by docker-proxy on
-# loopback. Ports published without an address bind 127.0.0.1 too.
+# loopback. Ports published without an address bind 127.0.0.1 too. Image pulls
+# fail at once (the engine's HTTP client goes to a closed loopback port), so
+# images come only from builds and imports.
 #
 # Settings: OPENENV_WS_DOCKER_ROOT (default /tmp/openenv-ws-docker),
 # OPENENV_WS_DOCKER_STORAGE (storage drivers to try in order; default "overlay2 vfs").
@@ -82,7 +84,11 @@ start_dockerd() {
     local driver=$1 pid i
     mkdir -p "$ROOT/data" "$EXEC_ROOT"
     printf '\n--- %s: starting with storage driver %s\n' "$(date -Is)" "$driver" >>"$LOGFILE"
-    setsid dockerd \
+    # No registry is reachable from here: point the engine's own HTTP client at a
+    # closed loopback port so an accidental pull fails at once, without a DNS look-up.
+    env -u http_proxy -u https_proxy -u no_proxy -u NO_PROXY \
+        HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
+        setsid dockerd \
         --storage-driver="$driver" \
         --iptables=false --ip-masq=false --ip-forward=false --ip6tables=false \
         --ip=127.0.0.1 \
