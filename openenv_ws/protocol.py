@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple, TypeAlias
@@ -276,10 +277,32 @@ def _default(obj: Any) -> Any:
     )
 
 
-_packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True)
-_pack = _packer.pack
+# A Packer is not reentrant: ``_default`` runs Python code in the middle of a
+# pack, where another thread could start packing into the same buffer. So
+# each thread has its own.
+_packers = threading.local()
+
+
+def _thread_pack() -> Callable[[Any], bytes]:
+    pack: Callable[[Any], bytes] | None = getattr(_packers, "pack", None)
+    if pack is None:
+        pack = _packers.pack = msgpack.Packer(default=_default, use_bin_type=True).pack
+    return pack
+
+
 _NIL, _FALSE, _TRUE = b"\xc0", b"\xc2", b"\xc3"
 _FLOAT64 = struct.Struct(">Bd")
+
+
+def _float64(value: Any) -> bytes:
+    """A float field: always float64, never NaN."""
+    if type(value) is not float:
+        if type(value) is bool or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ProtocolError(f"it must be a number, got {type(value).__name__}")
+        value = float(value)
+    if value != value:
+        raise ProtocolError("it is NaN; send a number")
+    return _FLOAT64.pack(0xCB, value)
 
 
 class _Layout(NamedTuple):
@@ -291,11 +314,10 @@ class _Layout(NamedTuple):
 
 def _layout(cls: type[_Frame]) -> _Layout:
     names = [f.name for f in fields(cls) if f.name != "id"]
-    prefix = b"".join(
-        (_packer.pack_map_header(len(names) + 2), _pack("op"), _pack(cls.OP), _pack("id"))
-    )
+    pack = msgpack.packb
+    prefix = bytes([0x80 | len(names) + 2]) + pack("op") + pack(cls.OP) + pack("id")
     floats = {f.name for f in fields(cls) if f.type in ("float", float)}
-    return _Layout(prefix, tuple((n, _pack(n), n in floats) for n in names))
+    return _Layout(prefix, tuple((n, pack(n), n in floats) for n in names))
 
 
 _LAYOUTS: dict[type[_Frame], _Layout] = {}
@@ -321,29 +343,27 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
     rid = frame.id
     if (type(rid) is not int or not 0 <= rid <= MAX_ID) and not (rid is None and cls is Error):
         raise ProtocolError(f"frame id must be an integer in 0..{MAX_ID}, got {rid!r}")
-    parts: list[bytes | memoryview] = [layout.prefix, _NIL if rid is None else _pack(rid)]
+    pack = _thread_pack()
+    parts: list[bytes | memoryview] = [layout.prefix, _NIL if rid is None else pack(rid)]
     append = parts.append
     try:
         for name, key, is_float in layout.fields:
             value = getattr(frame, name)
             append(key)
-            if value is None:
+            if is_float:
+                append(_float64(value))
+            elif value is None:
                 append(_NIL)
             elif value is True:
                 append(_TRUE)
             elif value is False:
                 append(_FALSE)
-            elif is_float:
-                number = float(value)
-                if number != number:
-                    raise ProtocolError("it is NaN; send a number")
-                append(_FLOAT64.pack(0xCB, number))
             elif type(value) is np.ndarray:
                 head, data = array_ext_parts(value)
                 append(head)
                 append(data)
             else:
-                append(_pack(value))
+                append(pack(value))
     except (ProtocolError, TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(
             f"field '{name}' of a '{cls.OP}' frame cannot be encoded: {exc}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import sys
+import threading
 import tracemalloc
 from typing import Any
 
@@ -248,3 +250,46 @@ def test_frame_fields_order() -> None:
     fields = protocol.frame_fields(protocol.Result(id=3, reward=1.0))
     assert list(fields) == ["op", "id", "obs", "reward", "terminated", "truncated", "done", "info"]
     assert fields["op"] == "result"
+
+
+@pytest.mark.parametrize(
+    "reward, message",
+    [(True, "got bool"), ("1.0", "got str"), (None, "got NoneType"), ([1.0], "got list")],
+)
+def test_reward_must_be_a_number(reward: Any, message: str) -> None:
+    with pytest.raises(ProtocolError, match=f"field 'reward' .*must be a number, {message}"):
+        protocol.encode(protocol.Result(id=1, reward=reward))
+
+
+def test_encode_is_safe_across_threads() -> None:
+    """Packing calls back into Python for numpy values; threads must not share a buffer."""
+    frames = [
+        protocol.Result(
+            id=i, reward=float(i), info={"a": np.float32(i), "b": np.arange(i % 7), "c": "x" * i}
+        )
+        for i in range(64)
+    ]
+    expected = [protocol.encode(f) for f in frames]
+    errors: list[str] = []
+
+    def work() -> None:
+        try:
+            for _ in range(50):
+                for frame, want in zip(frames, expected, strict=True):
+                    if protocol.encode(frame) != want:
+                        errors.append(f"frame {frame.id} encoded differently")
+                        return
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
