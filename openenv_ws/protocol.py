@@ -689,8 +689,8 @@ def decode_client_frame(
         max_frame_size: frames longer than this many bytes are refused unread.
 
     Returns:
-        The typed frame. Arrays in it are read-only views of ``data``'s copy
-        made by the MessagePack decoder.
+        The typed frame. Arrays in it are read-only (they view the decoded
+        bytes without copying them again).
 
     Raises:
         PayloadTooBig: the frame is above ``max_frame_size`` (checked first).
