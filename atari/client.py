@@ -126,7 +126,7 @@ class AtariEnv(_AtariWire, EnvClient[AtariObservation]):
         self._provider = provider
 
     @classmethod
-    def from_local(cls, **options: Any) -> AtariEnv:  # type: ignore[override]
+    def from_local(cls, **options: Any) -> AtariEnv:
         """Start a local server subprocess and open a session on it (same as no URL)."""
         return cls(None, **options)
 

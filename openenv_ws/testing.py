@@ -7,12 +7,12 @@ against an in-process run bit for bit.
 
 from __future__ import annotations
 
-import pickle
 import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from .environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec, check_keys
@@ -84,7 +84,7 @@ class FakeEnvironment(Environment):
         return EnvResult(self._obs(), info={"step": 0})
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
-        if not self._spec.action.contains(action):
+        if not (type(action) is int and 0 <= action < self._n):
             raise InvalidAction(f"action {action!r} is not an integer in [0, {self._n})")
         if self._fail_at is not None and self._steps + 1 == self._fail_at:
             raise RuntimeError("fake environment failure (fail_at_step)")
@@ -105,29 +105,18 @@ class FakeEnvironment(Environment):
         return {"episode_id": self._episode_id, "step_count": self._steps, "seed": self._seed}
 
     def snapshot(self) -> bytes:
-        return pickle.dumps((self._seed, self._steps, self._last_action, self._episode_id))
+        data: bytes = msgpack.packb([self._seed, self._steps, self._last_action, self._episode_id])
+        return data
 
     def restore(self, snapshot: bytes) -> EnvResult:
         try:
-            seed, steps, last, episode_id = _load_snapshot(snapshot)
+            seed, steps, last, episode_id = msgpack.unpackb(snapshot)
+            if not all(type(v) is int for v in (seed, steps, last)):
+                raise ValueError("counters must be integers")
         except Exception as exc:  # noqa: BLE001 - any bad snapshot is the caller's error
             raise InvalidAction(f"snapshot is not one of this environment's: {exc}") from None
         self._seed, self._steps, self._last_action, self._episode_id = seed, steps, last, episode_id
         return EnvResult(self._obs(), info={"step": self._steps})
-
-
-def _load_snapshot(data: bytes) -> tuple[int, int, int, str | None]:
-    # Only plain tuples of ints/str are accepted; pickle's find_class is refused.
-    class _Safe(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            raise pickle.UnpicklingError(f"global {module}.{name} refused")
-
-    import io
-
-    value = _Safe(io.BytesIO(data)).load()
-    if not (isinstance(value, tuple) and len(value) == 4):
-        raise ValueError("wrong snapshot layout")
-    return value  # type: ignore[no-any-return]
 
 
 def _positive(config: Mapping[str, Any], key: str, default: int) -> int:

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
 
+_c_apply_mask: Callable[[bytes, bytes], bytes] | None
 try:
     from websockets.speedups import apply_mask as _c_apply_mask
 except ImportError:  # pragma: no cover - websockets is built without its C extension

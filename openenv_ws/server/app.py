@@ -15,7 +15,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from ..environment import EnvFactory
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
-from ._session import ServerSession
+from ._session import CloseRequest, ServerSession
 
 __all__ = ["ServerLimits", "SessionRegistry", "create_app"]
 
@@ -109,6 +109,7 @@ class SessionEndpoint:
             if message["type"] != "websocket.receive":
                 return  # websocket.disconnect: the peer is gone
             data = message.get("bytes")
+            close: CloseRequest | None
             if data is None:
                 reply, close = session.refuse(
                     "text_frame",
