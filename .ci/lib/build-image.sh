@@ -60,7 +60,9 @@ run_logged "$WORK/wheel.log" "$PYTHON" -m pip wheel --quiet --disable-pip-versio
 log_elapsed "pip wheel ($(find "$WHEELHOUSE" -name '*.whl' | wc -l) wheels)" "$t0"
 
 t0=$(now)
-run_logged "$WORK/build.log" docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+# The engine's classic builder: this client has no buildx plugin, so BuildKit
+# (if asked for through the environment) would fail before building.
+run_logged "$WORK/build.log" env DOCKER_BUILDKIT=0 docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" \
     --tag "$TAG" --file "$REPO_ROOT/Dockerfile" "$REPO_ROOT"
 log_elapsed "docker build $TAG" "$t0"
 # Each build leaves its first stage behind untagged; nothing reuses it (the
