@@ -279,15 +279,11 @@ class AtariEnvironment(Environment):
         self._steps = 0
         self._episode_id: str | None = None
         self._running = False
-        # ALE repeats its previous action with the sticky probability but does not
-        # save that action in its state; snapshots carry it (see _prime_sticky_action).
-        self._last_action: Any = ale_py.Action.NOOP
         # After a restore the emulator's screen buffer is stale until the next frame.
         self._restored_screen: np.ndarray[Any, Any] | None = None
-        rap = cfg["repeat_action_probability"]
-        self._priming_frames = (
-            0 if not 0.0 < rap < 1.0 else min(4096, math.ceil(math.log(1e-12) / math.log(rap)))
-        )
+        self._repeats = _RepeatTracker(cfg["repeat_action_probability"], self._skip)
+        self._record_action = self._repeats.actions.append
+        self._record_frames = self._repeats.frames.append
 
     # ------------------------------------------------------------------ setup
 
@@ -369,7 +365,7 @@ class AtariEnvironment(Environment):
             ale.loadROM(self._rom_path)
             self._apply_mode()
         ale.reset_game()
-        self._last_action = ale_py.Action.NOOP
+        self._repeats.start(ale, ale_py.Action.NOOP)
         self._restored_screen = None
         self._steps = 0
         self._episode_id = episode_id if episode_id is not None else uuid.uuid4().hex
@@ -401,9 +397,10 @@ class AtariEnvironment(Environment):
         skip = self._skip
         if skip is None:
             skip = range(self._rng.integers(*self._skip_bounds))
+            self._record_frames(len(skip))
         for _ in skip:
             reward += act(ale_action)
-        self._last_action = ale_action
+        self._record_action(ale_action)
         self._restored_screen = None
         self._steps += 1
         return EnvResult(
@@ -476,28 +473,31 @@ class AtariEnvironment(Environment):
         :data:`SNAPSHOT_KEY_ENV`); :meth:`restore` refuses anything else, so
         a snapshot from the network never reaches the emulator's decoder.
 
-        With sticky actions, ALE keeps the action it may repeat outside its
-        saved state. The snapshot records the last action sent and makes it
-        the emulator's repeat candidate, so that continuing and restoring
-        behave the same. That candidate was already the last action unless
-        every frame of the last step repeated the one before (probability
-        ``repeat_action_probability ** frameskip``); only then does taking a
-        snapshot change how the running episode goes on.
+        With sticky actions ALE keeps the action it may repeat outside its
+        saved state; the snapshot records it too (see :class:`_RepeatTracker`),
+        and taking a snapshot leaves the running episode unchanged.
         """
         ale = self._live()
         if not self._running:
             self._not_running("snapshot")
         screen = self._restored_screen if self._restored_screen is not None else self._screen()
         state = ale.cloneState(include_rng=True)
-        self._prime_sticky_action(state, self._last_action)
+        serialized = state.serialize()
+        repeat = self._repeats.candidate(serialized)
+        if repeat is None:
+            # ALE's draws could not be replayed: take the likeliest candidate and make
+            # the emulator use it, so that going on and restoring still agree.
+            repeat = self._repeats.guess()
+            self._prime_repeat(state, repeat)
+            self._repeats.start(state, repeat)
         header = {
             "game": self._game,
             "step_count": self._steps,
             "episode_id": self._episode_id,
-            "last_action": int(self._last_action.value),
+            "repeat_action": int(repeat.value),
             "rng": self._rng.bit_generator.state,
         }
-        return _seal(json.dumps(header).encode(), state.serialize(), screen.tobytes())
+        return _seal(json.dumps(header).encode(), serialized, screen.tobytes())
 
     def restore(self, snapshot: bytes) -> EnvResult:
         """Continue from a :meth:`snapshot`; the episode then replays identically.
@@ -514,7 +514,7 @@ class AtariEnvironment(Environment):
         try:
             header = json.loads(header_bytes)
             game, steps, episode_id = header["game"], header["step_count"], header["episode_id"]
-            last_action = ale_py.Action(header["last_action"])
+            repeat = ale_py.Action(header["repeat_action"])
             rng = np.random.Generator(np.random.PCG64())
             rng.bit_generator.state = header["rng"]
         except (ValueError, KeyError, TypeError) as exc:
@@ -532,8 +532,8 @@ class AtariEnvironment(Environment):
             )
         state = ale_py.ALEState(state_bytes)
         ale.restoreState(state)
-        self._prime_sticky_action(state, last_action)
-        self._last_action = last_action
+        self._prime_repeat(state, repeat)
+        self._repeats.start(state, repeat)
         self._rng = rng
         self._steps = int(steps)
         self._episode_id = episode_id
@@ -548,14 +548,14 @@ class AtariEnvironment(Environment):
         # RAM is read live from the emulator, so only image observations are stored.
         return np.empty(0, np.uint8) if self._config["obs_type"] == "ram" else self._get_obs()
 
-    def _prime_sticky_action(self, state: ale_py.ALEState, action: Any) -> None:
-        # Acting makes `action` ALE's repeat candidate once a frame does not repeat;
-        # restoring `state` (random generator included) then undoes everything else.
-        # Enough frames are acted that all of them repeating has probability < 1e-12.
-        if self._priming_frames:
+    def _prime_repeat(self, state: ale_py.ALEState, action: Any) -> None:
+        # Acting makes `action` ALE's repeat candidate as soon as one frame does not
+        # repeat; restoring `state` (random generator included) then undoes the rest.
+        frames = self._repeats.priming_frames
+        if frames:
             assert self._ale is not None
             act = self._ale.act
-            for _ in range(self._priming_frames):
+            for _ in range(frames):
                 act(action)
             self._ale.restoreState(state)
 
@@ -573,6 +573,103 @@ class AtariEnvironment(Environment):
             "_get_obs",
         ):
             self.__dict__.pop(name, None)
+
+
+# Environment random generator text inside a serialized ALEState: std::mt19937's
+# 624 state words and its position, after a 4-byte little-endian length.
+_MT19937_TEXT = re.compile(rb"((?:[0-9]+ ){624})([0-9]+)")
+_DRAW_SCALE = float(1 << 32)
+
+
+def _mt19937_state(serialized: bytes) -> tuple[np.ndarray[Any, Any], int] | None:
+    matches = list(_MT19937_TEXT.finditer(serialized))
+    if not matches:
+        return None
+    found = matches[-1]  # the environment's generator is saved after the system's
+    start, text = found.start(), found.group(0)
+    if serialized[start - 4 : start] != len(text).to_bytes(4, "little"):
+        return None
+    return np.array(found.group(1).split(), dtype=np.uint32), int(found.group(2))
+
+
+class _RepeatTracker:
+    """Which action ALE would repeat next: its sticky-action candidate.
+
+    Each frame, ALE draws two numbers from its environment generator (players
+    A and B) and takes player A's new action only when the first draw is at
+    least the repeat probability; otherwise it repeats its candidate, which it
+    does not save in its state. From an anchor (a state whose candidate is
+    known) and the actions sent since, the tracker replays those draws with
+    numpy's MT19937 (the same generator) and checks that it ends where the
+    emulator's generator is, so a replay it cannot confirm is never trusted.
+    """
+
+    __slots__ = (
+        "_anchor",
+        "_anchor_action",
+        "_fixed_frames",
+        "_p",
+        "actions",
+        "frames",
+        "priming_frames",
+    )
+
+    def __init__(self, repeat_probability: float, fixed_frames: range | None) -> None:
+        self._p = repeat_probability
+        self._fixed_frames = None if fixed_frames is None else len(fixed_frames)
+        self._anchor: ale_py.ALEState | None = None
+        self._anchor_action: Any = ale_py.Action.NOOP
+        self.actions: list[Any] = []
+        self.frames: list[int] = []  # frames per step, only for a stochastic frameskip
+        # With p = 0 the candidate never matters and with p = 1 it never changes
+        # (ALE's reset sets NOOP), so only 0 < p < 1 needs tracking and priming.
+        # Priming acts until all frames repeating has probability below 1e-12.
+        sticky = 0.0 < repeat_probability < 1.0
+        self.priming_frames = (
+            min(4096, math.ceil(math.log(1e-12) / math.log(repeat_probability))) if sticky else 0
+        )
+
+    def start(self, source: ale_py.ALEInterface | ale_py.ALEState, action: Any) -> None:
+        """Anchor at the current state of `source`, whose candidate is `action`."""
+        # Cleared in place: the environment holds these lists' bound append methods.
+        self.actions.clear()
+        self.frames.clear()
+        self._anchor_action = action
+        if self.priming_frames:
+            self._anchor = (
+                source.cloneState(include_rng=True)
+                if isinstance(source, ale_py.ALEInterface)
+                else source
+            )
+
+    def guess(self) -> Any:
+        """The candidate if at least one frame of the last step did not repeat."""
+        return self.actions[-1] if self.actions else self._anchor_action
+
+    def candidate(self, serialized_now: bytes) -> Any | None:
+        """The exact candidate, or None if the draws cannot be replayed and confirmed."""
+        if not self.priming_frames or not self.actions:
+            return self._anchor_action
+        assert self._anchor is not None
+        start, now = _mt19937_state(self._anchor.serialize()), _mt19937_state(serialized_now)
+        if start is None or now is None:
+            return None
+        steps = len(self.actions)
+        if self._fixed_frames is not None:
+            frames = np.full(steps, self._fixed_frames)
+        else:
+            frames = np.array(self.frames)
+        generator = np.random.MT19937()
+        generator.state = {"bit_generator": "MT19937", "state": {"key": start[0], "pos": start[1]}}
+        draws = generator.random_raw(2 * int(frames.sum()))
+        replayed = generator.state["state"]
+        if replayed["pos"] != now[1] or not np.array_equal(replayed["key"], now[0]):
+            return None
+        taken = np.flatnonzero(draws[0::2] / _DRAW_SCALE >= self._p)
+        if taken.size == 0:
+            return self._anchor_action
+        step_of_frame = np.repeat(np.arange(steps), frames)
+        return self.actions[int(step_of_frame[taken[-1]])]
 
 
 def atari_factory(config: dict[str, Any]) -> AtariEnvironment:

@@ -402,6 +402,14 @@ def test_snapshot_restore_replays_identically(frameskip: int | list[int], obs_ty
             assert target.state()["step_count"] == 61
             assert target.state()["episode_id"] == "snap"
             assert _trace(target, actions) == expected
+
+        # A snapshot taken after a restore neither changes the episode nor replays differently.
+        other.restore(snap)
+        _trace(other, actions[:50])
+        later = other.snapshot()
+        assert _trace(other, actions[50:]) == expected[50:]
+        env.restore(later)
+        assert _trace(env, actions[50:]) == expected[50:]
     finally:
         env.close()
         other.close()

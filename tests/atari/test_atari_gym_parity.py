@@ -149,3 +149,17 @@ def test_unseeded_first_reset_draws_fresh_seeds_like_gymnasium() -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_snapshots_leave_the_episode_unchanged_when_repeats_hide_the_last_action() -> None:
+    # With one frame per step and p = 0.9, most steps only repeat ALE's hidden
+    # candidate; a snapshot must find that candidate, not perturb the episode.
+    sticky = {"frameskip": 1, "repeat_action_probability": 0.9, "obs_type": "ram"}
+    _run_side_by_side(
+        "breakout",
+        400,
+        resets={200: None},
+        snapshot_at=tuple(range(3, 400, 7)),
+        gym_kwargs=sticky,
+        config=sticky,
+    )
