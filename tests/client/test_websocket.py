@@ -135,17 +135,17 @@ def test_capacity_closes_with_1013(fake_server: ServerThread) -> None:
 def raw_exchange(url: str, messages: list[bytes | str]) -> tuple[list[object], int | None]:
     """Send raw messages and collect decoded replies until the server closes."""
     replies: list[object] = []
-    with connect(url, compression=None) as ws:
-        for m in messages:
-            ws.send(m)
+    with connect(url, compression=None, max_size=None) as ws:
         try:
+            for m in messages:
+                ws.send(m)
             while True:
                 replies.append(decode_server_frame(ws.recv(timeout=5 * UNIT)))
-        except ConnectionClosed:
-            pass
+        except ConnectionClosed as exc:
+            # The server may close while a large message is still being sent.
+            return replies, exc.rcvd.code if exc.rcvd else ws.close_code
         except TimeoutError:
             return replies, None
-        return replies, ws.close_code
 
 
 def test_text_frame_is_refused_with_1003(fake_server: ServerThread) -> None:
