@@ -53,12 +53,14 @@ __all__ = [
     "SnapshotData",
     "StateReply",
     "Step",
+    "client_frame_from_map",
     "decode_client_frame",
     "decode_server_frame",
     "encode",
     "error_code_of",
     "error_frame",
     "frame_fields",
+    "server_frame_from_map",
 ]
 
 PROTOCOL_VERSION = 1
@@ -639,7 +641,10 @@ def _unpack(data: bytes | bytearray | memoryview, max_frame_size: int) -> dict[A
 def _decode(
     data: bytes | bytearray | memoryview, ops: dict[str, type[_Frame]], max_frame_size: int
 ) -> Any:
-    raw = _unpack(data, max_frame_size)
+    return _from_map(_unpack(data, max_frame_size), ops)
+
+
+def _from_map(raw: dict[Any, Any], ops: dict[str, type[_Frame]]) -> Any:
     op = raw.get("op")
     rid = raw.get("id")
     if type(op) is not str:
@@ -708,6 +713,27 @@ def decode_server_frame(
 ) -> ServerFrame:
     """Decode a frame sent by a server (same errors as :func:`decode_client_frame`)."""
     frame: ServerFrame = _decode(data, _SERVER_OPS, max_frame_size)
+    return frame
+
+
+def client_frame_from_map(raw: dict[str, Any]) -> ClientFrame:
+    """Build a client frame from an already decoded envelope map (e.g. a JSON view).
+
+    The map holds what the MessagePack map of the frame holds (``op``, ``id``
+    and the fields, arrays as numpy arrays, bin as bytes) and goes through
+    the checks of :func:`decode_client_frame`, with the same errors.
+    """
+    if type(raw) is not dict:
+        raise ProtocolError(f"frame must be a map, got {type(raw).__name__}")
+    frame: ClientFrame = _from_map(raw, _CLIENT_OPS)
+    return frame
+
+
+def server_frame_from_map(raw: dict[str, Any]) -> ServerFrame:
+    """Build a server frame from an already decoded envelope map (see :func:`client_frame_from_map`)."""
+    if type(raw) is not dict:
+        raise ProtocolError(f"frame must be a map, got {type(raw).__name__}")
+    frame: ServerFrame = _from_map(raw, _SERVER_OPS)
     return frame
 
 
