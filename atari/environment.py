@@ -32,7 +32,13 @@ import numpy as np
 from ale_py import roms
 
 from openenv_ws.environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec
-from openenv_ws.errors import EnvConfigError, InvalidAction, InvalidState, ProtocolError
+from openenv_ws.errors import (
+    BadSnapshot,
+    EnvConfigError,
+    InvalidAction,
+    InvalidState,
+    ProtocolError,
+)
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -506,7 +512,7 @@ class AtariEnvironment(Environment):
         config (of this server, or of one sharing its snapshot key).
 
         Raises:
-            InvalidAction: the bytes are not a snapshot of this game made by
+            BadSnapshot: the bytes are not a snapshot of this game made by
                 this server (wrong key, damaged, or another game).
         """
         ale = self._live()
@@ -518,15 +524,15 @@ class AtariEnvironment(Environment):
             rng = np.random.Generator(np.random.PCG64())
             rng.bit_generator.state = header["rng"]
         except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidAction(f"snapshot header is unreadable ({exc})") from None
+            raise BadSnapshot(f"snapshot header is unreadable ({exc})") from None
         if game != self._game:
-            raise InvalidAction(
+            raise BadSnapshot(
                 f"snapshot is of game {game!r} but this session plays {self._game!r}; "
                 "restore it in a session of the same game"
             )
         expected = self._screen()
         if len(screen_bytes) != expected.nbytes:
-            raise InvalidAction(
+            raise BadSnapshot(
                 f"snapshot screen has {len(screen_bytes)} bytes, this session expects "
                 f"{expected.nbytes}; restore it in a session with the same obs_type"
             )
@@ -701,22 +707,22 @@ def _seal(*parts: bytes) -> bytes:
 
 def _open_seal(data: Any) -> tuple[bytes, ...]:
     if not isinstance(data, bytes | bytearray | memoryview):
-        raise InvalidAction(f"snapshot must be bytes, got {type(data).__name__}")
+        raise BadSnapshot(f"snapshot must be bytes, got {type(data).__name__}")
     data = bytes(data)
     offset = len(_MAGIC) + _LENGTHS.size
     if len(data) < offset + _TAG or not data.startswith(_MAGIC):
-        raise InvalidAction(
+        raise BadSnapshot(
             "snapshot is not an Atari snapshot of this server; take one with snapshot()"
         )
     body, tag = data[:-_TAG], data[-_TAG:]
     if not hmac.compare_digest(tag, hmac.new(_snapshot_key(), body, hashlib.sha256).digest()):
-        raise InvalidAction(
+        raise BadSnapshot(
             "snapshot signature does not match: it was damaged or made by another server "
             f"(servers that share snapshots must share {SNAPSHOT_KEY_ENV})"
         )
     lengths = _LENGTHS.unpack_from(body, len(_MAGIC))
     if offset + sum(lengths) != len(body):
-        raise InvalidAction("snapshot length fields are inconsistent")
+        raise BadSnapshot("snapshot length fields are inconsistent")
     parts = []
     for n in lengths:
         parts.append(body[offset : offset + n])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .errors import (
     AuthError,
+    BadSnapshot,
     EnvConfigError,
     InvalidAction,
     InvalidState,
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "PROTOCOL_VERSION",
     "AuthError",
+    "BadSnapshot",
     "EnvConfigError",
     "InvalidAction",
     "InvalidState",

@@ -9,6 +9,7 @@ Every error the runtime raises on purpose derives from :class:`OpenEnvError`::
     │                            (step before reset, use after close, second open)
     ├── EnvConfigError           an environment configuration the server refuses
     ├── InvalidAction            an action outside the session's action space
+    ├── BadSnapshot              snapshot bytes the environment cannot restore
     ├── RemoteEnvError           the server answered with an ``error`` frame
     │                            (carries the server's code, message and fatal flag)
     ├── SessionClosed            the session's socket is closed (close code, reason)
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 __all__ = [
     "AuthError",
+    "BadSnapshot",
     "EnvConfigError",
     "InvalidAction",
     "InvalidState",
@@ -99,6 +101,12 @@ class InvalidAction(OpenEnvError, ValueError):
     """An action outside the session's action space."""
 
     code = "invalid_action"
+
+
+class BadSnapshot(OpenEnvError, ValueError):
+    """Snapshot bytes that the environment refuses (damaged, foreign, another game)."""
+
+    code = "bad_snapshot"
 
 
 class RemoteEnvError(OpenEnvError):

@@ -109,6 +109,7 @@ ERRORS: dict[str, ErrorInfo] = {
     "episode_over": ErrorInfo(False, None, "step after the episode ended; reset first"),
     "invalid_action": ErrorInfo(False, None, "the action is outside the action space"),
     "unsupported": ErrorInfo(False, None, "the environment does not support this op"),
+    "bad_snapshot": ErrorInfo(False, None, "the environment cannot restore those snapshot bytes"),
 }
 
 

@@ -16,7 +16,7 @@ import msgpack
 import numpy as np
 
 from .environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec, check_keys
-from .errors import EnvConfigError, InvalidAction
+from .errors import BadSnapshot, EnvConfigError, InvalidAction
 
 __all__ = ["FakeEnvironment", "fake_factory"]
 
@@ -114,7 +114,7 @@ class FakeEnvironment(Environment):
             if not all(type(v) is int for v in (seed, steps, last)):
                 raise ValueError("counters must be integers")
         except Exception as exc:  # noqa: BLE001 - any bad snapshot is the caller's error
-            raise InvalidAction(f"snapshot is not one of this environment's: {exc}") from None
+            raise BadSnapshot(f"snapshot is not one of this environment's: {exc}") from None
         self._seed, self._steps, self._last_action, self._episode_id = seed, steps, last, episode_id
         return EnvResult(self._obs(), info={"step": self._steps})
 

@@ -342,6 +342,7 @@ _ERROR_MESSAGES = {
     "episode_over": "the episode has ended; call reset() to start a new one",
     "invalid_action": "action 9 is outside the action space (0..5)",
     "unsupported": "FakeEnvironment does not support snapshots",
+    "bad_snapshot": "snapshot is not an Atari snapshot of this server; take one with snapshot()",
 }
 
 

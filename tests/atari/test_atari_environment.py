@@ -11,7 +11,13 @@ import pytest
 from atari import AtariEnvironment, atari_factory, games, normalize_config
 from atari.environment import DEFAULT_CONFIG
 from openenv_ws.environment import Environment
-from openenv_ws.errors import EnvConfigError, InvalidAction, InvalidState, ProtocolError
+from openenv_ws.errors import (
+    BadSnapshot,
+    EnvConfigError,
+    InvalidAction,
+    InvalidState,
+    ProtocolError,
+)
 from openenv_ws.protocol import Opened, StateReply, decode_server_frame, encode
 
 from .wire import through_the_wire
@@ -454,19 +460,19 @@ def test_bad_snapshots_are_refused(pong: AtariEnvironment) -> None:
     tampered = bytearray(good)
     tampered[len(tampered) // 2] ^= 0xFF
     for bad in (b"", b"garbage" * 10, bytes(tampered), good[:-1], good + b"x", "text"):
-        with pytest.raises(InvalidAction, match="snapshot"):
+        with pytest.raises(BadSnapshot, match="snapshot"):
             pong.restore(bad)  # type: ignore[arg-type]
     breakout = AtariEnvironment({"game": "breakout"})
     try:
         breakout.reset(seed=0)
-        with pytest.raises(InvalidAction, match=r"'breakout'.*'pong'"):
+        with pytest.raises(BadSnapshot, match=r"'breakout'.*'pong'"):
             pong.restore(breakout.snapshot())
     finally:
         breakout.close()
     assert pong.restore(good).obs is not None  # still usable after refusals
     gray = AtariEnvironment({"game": "pong", "obs_type": "grayscale"})
     try:
-        with pytest.raises(InvalidAction, match="same obs_type"):
+        with pytest.raises(BadSnapshot, match="same obs_type"):
             gray.restore(good)
     finally:
         gray.close()
