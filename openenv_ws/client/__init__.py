@@ -1,9 +1,10 @@
-"""openenv-ws clients: synchronous and asynchronous sessions over WebSocket."""
+"""openenv-ws clients: synchronous and asynchronous sessions over WebSocket, and the HTTP fallback."""
 
 from __future__ import annotations
 
 from ._core import DEFAULT, StepResult
 from .async_ import AsyncEnvClient
+from .http import HTTPEnvClient
 from .sync import EnvClient
 
-__all__ = ["DEFAULT", "AsyncEnvClient", "EnvClient", "StepResult"]
+__all__ = ["DEFAULT", "AsyncEnvClient", "EnvClient", "HTTPEnvClient", "StepResult"]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,9 +14,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 
+from .. import __version__
 from ..environment import EnvFactory
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
 from ._session import CloseRequest, ServerSession
+from .http import HTTPSessionStore, http_routes
+from .openenv_compat import OpenEnvCompat
 
 __all__ = ["ServerLimits", "SessionRegistry", "create_app"]
 
@@ -34,10 +38,13 @@ class ServerLimits:
     Attributes:
         max_sessions: sessions hosted at once; the next ``open`` gets ``capacity``.
         max_frame_size: largest request frame in bytes (larger: close 1009).
+        http_session_ttl: seconds an HTTP session (fallback routes or OpenEnv's
+            HTTP routes) may go without a request before it is closed; None: never.
     """
 
     max_sessions: int = 1024
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    http_session_ttl: float | None = 300.0
 
 
 @dataclass(slots=True)
@@ -81,15 +88,26 @@ class SessionEndpoint:
     wrapper: the per-message work is one receive, one session call, one send.
     """
 
-    def __init__(self, env_factory: EnvFactory, registry: SessionRegistry) -> None:
+    def __init__(
+        self,
+        env_factory: EnvFactory,
+        registry: SessionRegistry,
+        *,
+        openenv: OpenEnvCompat | None = None,
+    ) -> None:
         self._factory = env_factory
         self._registry = registry
+        self._openenv = openenv
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         if message["type"] != "websocket.connect":
             return
         await send({"type": "websocket.accept"})
+        if self._openenv is not None:
+            # A first text message holding an OpenEnv message selects OpenEnv's JSON dialect.
+            dialect = self._openenv.websocket(receive, send)
+            receive, send = dialect.receive, dialect.send
         registry = self._registry
         session = ServerSession(
             self._factory,
@@ -127,26 +145,52 @@ def create_app(
     env_factory: EnvFactory,
     *,
     limits: ServerLimits | None = None,
+    openenv_config: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """Build the Starlette app serving `env_factory`'s environments.
 
     Args:
         env_factory: makes one environment per session from its ``open`` config.
-        limits: per-process limits (sessions, frame size).
+        limits: per-process limits (sessions, frame size, HTTP session TTL).
+        openenv_config: the environment config of sessions opened by OpenEnv's
+            clients (its JSON dialect on ``/ws``, its HTTP routes), whose
+            requests carry none (see :mod:`openenv_ws.server.openenv_compat`).
 
     Returns:
-        A Starlette app with ``WS /ws`` (protocol v1) and ``GET /health``.
+        A Starlette app with ``WS /ws`` (protocol v1, and OpenEnv's dialect),
+        ``GET /health``, the HTTP fallback under ``/v1/sessions`` (see
+        :mod:`openenv_ws.server.http`) and OpenEnv's HTTP routes.
     """
     registry = SessionRegistry(limits or ServerLimits())
+    http_sessions = HTTPSessionStore(
+        env_factory,
+        admit=registry.admit,
+        release=registry.release,
+        ttl=registry.limits.http_session_ttl,
+        max_frame_size=registry.limits.max_frame_size,
+    )
+    openenv = OpenEnvCompat(http_sessions, openenv_config, __version__)
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse(registry.health())
+        return JSONResponse({**registry.health(), "http_sessions": len(http_sessions)})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        http_sessions.start()
+        try:
+            yield
+        finally:
+            await http_sessions.aclose()
 
     app = Starlette(
         routes=[
-            WebSocketRoute(WS_PATH, SessionEndpoint(env_factory, registry)),
+            WebSocketRoute(WS_PATH, SessionEndpoint(env_factory, registry, openenv=openenv)),
             Route("/health", health, methods=["GET"]),
-        ]
+            *http_routes(http_sessions),
+            *openenv.routes(),
+        ],
+        lifespan=lifespan,
     )
     app.state.registry = registry
+    app.state.http_sessions = http_sessions
     return app

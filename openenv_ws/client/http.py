@@ -1,0 +1,400 @@
+"""The HTTP fallback client: the :class:`~openenv_ws.client.EnvClient` API over plain HTTP.
+
+For networks where WebSockets do not pass. Each call is one HTTP request on
+a kept-alive connection (``http.client``, no extra dependency) to the
+server's ``/v1/sessions`` routes; bodies are protocol v1 frames in
+MessagePack (default) or their JSON view.
+
+It also runs clients written in the style of OpenEnv's ``HTTPEnvClient``: a
+subclass that defines ``_step_payload(action) -> dict``,
+``_parse_result(payload) -> result`` and ``_parse_state(payload) -> state``
+gets OpenEnv's JSON shapes (see :mod:`openenv_ws.openenv_dialect`) while the
+session still travels as protocol v1 frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import select
+import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from ..environment import EnvSpec
+from ..errors import (
+    InvalidState,
+    PayloadTooBig,
+    ProtocolError,
+    RequestTimeout,
+    ServerUnavailable,
+)
+from ..jsonview import frame_to_json, server_frame_from_json
+from ..openenv_dialect import action_from_openenv, legal_actions, result_payload, state_payload
+from ..protocol import (
+    ClientFrame,
+    Close,
+    Reset,
+    Restore,
+    Result,
+    ServerFrame,
+    Snapshot,
+    SnapshotData,
+    StateReply,
+    Step,
+    encode,
+)
+from ._core import DEFAULT, ClientCore, StepResult, result_of
+
+if TYPE_CHECKING:
+    from ..providers.local import LocalServerProvider
+
+__all__ = ["HTTPEnvClient"]
+
+ObsT = TypeVar("ObsT")
+
+_SESSIONS = "/v1/sessions"
+_MSGPACK = "application/msgpack"
+_JSON = "application/json"
+
+
+def http_base(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path prefix) of a server URL; a trailing ``/ws`` is dropped."""
+    if "://" not in url:
+        url = "http://" + url
+    parts = urlsplit(url)
+    scheme = {"http": "http", "ws": "http", "https": "https", "wss": "https"}.get(parts.scheme)
+    if scheme is None:
+        raise ValueError(
+            f"URL scheme '{parts.scheme}' is not supported; use http://, https://, ws:// or wss://"
+        )
+    if not parts.hostname:
+        raise ValueError(f"URL '{url}' has no host")
+    prefix = parts.path.rstrip("/")
+    if prefix.endswith("/ws"):
+        prefix = prefix[:-3]
+    port = parts.port or (443 if scheme == "https" else 80)
+    return scheme, parts.hostname, port, prefix
+
+
+class _Connection:
+    """One kept-alive HTTP connection, reopened when the server has closed it."""
+
+    def __init__(self, scheme: str, host: str, port: int) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _fresh(self, timeout: float | None) -> http.client.HTTPConnection:
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            # A kept-alive connection the server closed (its keep-alive timeout) is
+            # readable at EOF: reopen before sending rather than lose the request.
+            readable, _, _ = select.select([conn.sock], [], [], 0)
+            if readable:
+                conn.close()
+        if conn is None:
+            cls = (
+                http.client.HTTPSConnection
+                if self.scheme == "https"
+                else http.client.HTTPConnection
+            )
+            conn = self._conn = cls(self.host, self.port, timeout=timeout)
+        if conn.sock is None:
+            conn.timeout = timeout
+            conn.connect()
+            assert conn.sock is not None
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            conn.sock.settimeout(timeout)
+        return conn
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout: float | None,
+        max_size: int,
+    ) -> tuple[int, str, bytes]:
+        """Send one request; (status, content type, body) of the reply.
+
+        Raises:
+            ServerUnavailable: the server cannot be reached.
+            RequestTimeout: no complete reply within `timeout`.
+            PayloadTooBig: the reply is larger than `max_size`.
+        """
+        try:
+            conn = self._fresh(timeout)
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            length = response.getheader("content-length")
+            if length is not None and length.isdigit() and int(length) > max_size:
+                self.close()
+                raise PayloadTooBig(int(length), max_size)
+            data = response.read()
+        except TimeoutError:
+            self.close()  # the reply may still come: the connection cannot be reused
+            raise RequestTimeout(
+                f"no reply to {method} {path} within {timeout} s from {self.host}:{self.port}"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise ServerUnavailable(
+                f"HTTP request to {self.scheme}://{self.host}:{self.port}{path} failed "
+                f"({type(exc).__name__}: {exc}); is the server running?"
+            ) from None
+        if len(data) > max_size:
+            self.close()
+            raise PayloadTooBig(len(data), max_size)
+        return response.status, response.getheader("content-type", ""), data
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+class HTTPEnvClient(Generic[ObsT]):
+    """A session with a remote environment over the HTTP fallback (blocking).
+
+    Same API as :class:`~openenv_ws.client.EnvClient`::
+
+        with HTTPEnvClient("http://127.0.0.1:8000", config={"game": "pong"}) as env:
+            result = env.reset(seed=0)
+            result = env.step(1)
+
+    Args:
+        url: the server (``http://host:port``, ``ws://host:port[/ws]`` or
+            ``host:port``). ``base_url`` is accepted as another name for it,
+            as OpenEnv's clients call it.
+        config: the environment configuration sent in ``open``.
+        token: bearer token, if the server requires one (default: the
+            ``OPENENV_WS_TOKEN`` environment variable); sent as
+            ``Authorization: Bearer`` with every request.
+        open_timeout: seconds to connect and open the session (None: no limit).
+        timeout: default seconds to wait for each reply (None: no limit).
+        max_frame_size: largest reply accepted, in bytes.
+        encoding: ``"msgpack"`` (the protocol frames themselves) or ``"json"``
+            (their JSON view, for debugging and for proxies that only pass
+            text).
+
+    Subclasses in OpenEnv's style define ``_step_payload``, ``_parse_result``
+    and ``_parse_state`` (see the module docstring).
+
+    Raises:
+        ServerUnavailable: nothing answers at `url`.
+        RemoteEnvError: the server refused the session (``bad_config``,
+            ``capacity``, ...).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        base_url: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        token: str | None = None,
+        open_timeout: float | None = 30.0,
+        timeout: float | None = 60.0,
+        max_frame_size: int = 64 << 20,
+        encoding: Literal["msgpack", "json"] = "msgpack",
+    ) -> None:
+        if (url is None) == (base_url is None):
+            raise TypeError("pass the server's URL once, as url or as base_url")
+        address = url if url is not None else base_url
+        assert address is not None
+        if encoding not in ("msgpack", "json"):
+            raise ValueError(f"encoding must be 'msgpack' or 'json', got {encoding!r}")
+        scheme, host, port, prefix = http_base(address)
+        self.url = f"{scheme}://{host}:{port}{prefix}"
+        self.timeout = timeout
+        self.encoding = encoding
+        self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
+        self._conn = _Connection(scheme, host, port)
+        self._prefix = prefix
+        self._path: str | None = None
+        self._closed = False
+        self._legal: list[int] = []
+        self._provider: LocalServerProvider | None = None
+        media = _MSGPACK if encoding == "msgpack" else _JSON
+        self._headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
+        # OpenEnv-style hooks, looked up once.
+        self._step_payload_hook = getattr(self, "_step_payload", None)
+        self._parse_result_hook = getattr(self, "_parse_result", None)
+        self._parse_state_hook = getattr(self, "_parse_state", None)
+        try:
+            opened = self._core.opened(
+                self._exchange("POST", prefix + _SESSIONS, self._core.open_frame(), open_timeout)
+            )
+        except BaseException:
+            self._conn.close()
+            raise
+        self._path = f"{prefix}{_SESSIONS}/{opened.session_id}"
+        self._legal = legal_actions(opened.spec)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_local(
+        cls, *, config: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> HTTPEnvClient[Any]:
+        """Start a local server subprocess and open a session on it over HTTP.
+
+        The server stops when this client is closed.
+        """
+        from ..providers.local import LocalServerProvider
+
+        provider = LocalServerProvider().start()
+        try:
+            client = cls(provider.url, config=config, **kwargs)
+        except BaseException:
+            provider.stop()
+            raise
+        client._provider = provider
+        return client
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def spec(self) -> EnvSpec:
+        """The session's action and observation spaces (from ``opened``)."""
+        assert self._core.spec is not None
+        return self._core.spec
+
+    @property
+    def session_id(self) -> str:
+        assert self._core.session_id is not None
+        return self._core.session_id
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._core.closed_error is not None
+
+    # ------------------------------------------------------------------ requests
+
+    def _exchange(
+        self, method: str, path: str, frame: ClientFrame | None, timeout: float | None
+    ) -> ServerFrame:
+        """One request, its reply frame checked (error frames raise)."""
+        body = None
+        if frame is not None:
+            body = encode(frame) if self.encoding == "msgpack" else frame_to_json(frame)
+        status, media, data = self._conn.request(
+            method, path, body, self._headers, timeout, self._core.max_frame_size
+        )
+        try:
+            if media.startswith(_MSGPACK):
+                reply = self._core.decode(data)
+            elif media.startswith(_JSON):
+                reply = server_frame_from_json(data)
+            else:
+                raise ProtocolError(f"content type '{media}' is not a protocol v1 body")
+        except ProtocolError as exc:
+            if 200 <= status < 300:
+                raise
+            snippet = data[:200].decode("utf-8", "replace")
+            raise ServerUnavailable(
+                f"{method} {self.url}{path[len(self._prefix) :]} answered HTTP {status} "
+                f"without a protocol v1 reply ({exc}): {snippet!r}; is this an openenv-ws server?"
+            ) from None
+        return self._core.check(reply)
+
+    def _request(
+        self, method: str, op: str, frame: ClientFrame | None, timeout: float | None
+    ) -> ServerFrame:
+        if self._closed or self._path is None:
+            raise self._core.closed_error or InvalidState(
+                "the client is closed; create a new one to open another session", code="closed"
+            )
+        if self._core.closed_error is not None:
+            raise self._core.closed_error
+        path = self._path if op == "close" else f"{self._path}/{op}"
+        return self._exchange(method, path, frame, self.timeout if timeout is DEFAULT else timeout)
+
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        timeout: float | None = DEFAULT,
+    ) -> StepResult[ObsT]:
+        """Start a new episode (deterministic for a given seed)."""
+        frame = Reset(
+            id=self._core.next_id(), seed=seed, episode_id=episode_id, options=dict(options or {})
+        )
+        reply = self._request("POST", "reset", frame, timeout)
+        return self._result_from_wire(ClientCore.expect(reply, Result))
+
+    def step(
+        self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
+    ) -> StepResult[ObsT]:
+        """Advance one step; with ``obs=False`` the observation is left out (None)."""
+        frame = Step(id=self._core.next_id(), action=self._action_to_wire(action), obs=obs)
+        reply = self._request("POST", "step", frame, timeout)
+        return self._result_from_wire(ClientCore.expect(reply, Result))
+
+    def state(self, *, timeout: float | None = DEFAULT) -> Any:
+        """The episode state (episode_id, step_count and environment details)."""
+        reply = self._request("GET", "state", None, timeout)
+        return self._state_from_wire(ClientCore.expect(reply, StateReply).state)
+
+    def snapshot(self, *, timeout: float | None = DEFAULT) -> bytes:
+        """An opaque snapshot of the running episode, for :meth:`restore`."""
+        reply = self._request("POST", "snapshot", Snapshot(id=self._core.next_id()), timeout)
+        snap: bytes = ClientCore.expect(reply, SnapshotData).snapshot
+        return snap
+
+    def restore(self, snapshot: bytes, *, timeout: float | None = DEFAULT) -> StepResult[ObsT]:
+        """Continue the episode from `snapshot`; returns the observation there."""
+        frame = Restore(id=self._core.next_id(), snapshot=bytes(snapshot))
+        reply = self._request("POST", "restore", frame, timeout)
+        return self._result_from_wire(ClientCore.expect(reply, Result))
+
+    def close(self) -> None:
+        """Close the session and free the server's environment. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            if self._path is not None and self._core.closed_error is None:
+                # Closing is best effort: the server's TTL frees the session anyway.
+                with contextlib.suppress(Exception):
+                    self._exchange("DELETE", self._path, Close(id=self._core.next_id()), 5.0)
+            self._conn.close()
+        if self._provider is not None:
+            self._provider.stop()
+            self._provider = None
+
+    def __enter__(self) -> HTTPEnvClient[ObsT]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ hooks
+
+    def _action_to_wire(self, action: Any) -> Any:
+        """Turn a user action into the wire ``action`` value."""
+        if self._step_payload_hook is not None:
+            return action_from_openenv(self._step_payload_hook(action))
+        if isinstance(action, np.integer):
+            return int(action)
+        return action
+
+    def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
+        """Turn a ``result`` frame into the client's result type."""
+        if self._parse_result_hook is not None:
+            parsed: StepResult[ObsT] = self._parse_result_hook(result_payload(frame, self._legal))
+            return parsed
+        return result_of(frame)  # type: ignore[return-value]
+
+    def _state_from_wire(self, state: dict[str, Any]) -> Any:
+        """Turn a ``state`` map into the client's state type."""
+        if self._parse_state_hook is not None:
+            return self._parse_state_hook(state_payload(state))
+        return state

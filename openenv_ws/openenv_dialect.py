@@ -1,0 +1,252 @@
+"""OpenEnv's JSON shapes, sans-I/O: what OpenEnv's clients send and expect to read.
+
+OpenEnv (the ``openenv-core`` package) speaks JSON. Its WebSocket messages
+are ``{"type": "reset" | "step" | "state" | "close", "data": {...}}``,
+answered by ``{"type": "observation" | "state" | "error", "data": {...}}``;
+its HTTP routes take ``POST /reset`` ``{"seed": ..., "episode_id": ...}`` and
+``POST /step`` ``{"action": {...}, "timeout_s": ...}``. An observation reply
+is ``{"observation": {...}, "reward": float | null, "done": bool}``.
+
+This module maps those shapes onto protocol v1 frames and back, for the
+server's compatibility layer (:mod:`openenv_ws.server.openenv_compat`) and for
+:class:`~openenv_ws.client.HTTPEnvClient` subclasses written in OpenEnv's
+style. The observation follows OpenEnv's Atari environment: ``screen`` (the
+observation as a flat list of numbers), ``screen_shape``, ``legal_actions``,
+and the ``info`` entries (for Atari ``lives``, ``episode_frame_number``,
+``frame_number``), plus ``terminated`` and ``truncated``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .errors import ProtocolError
+from .protocol import Result
+
+__all__ = [
+    "ACTION_KEYS",
+    "OPENENV_ERROR_CODES",
+    "action_from_openenv",
+    "legal_actions",
+    "metadata_payload",
+    "openenv_error_code",
+    "plain_json",
+    "reset_fields",
+    "result_payload",
+    "schema_payload",
+    "state_payload",
+]
+
+#: OpenEnv's error code for each protocol error code (others: ``SESSION_ERROR``).
+OPENENV_ERROR_CODES: dict[str, str] = {
+    "bad_frame": "INVALID_JSON",
+    "text_frame": "INVALID_JSON",
+    "bad_request": "VALIDATION_ERROR",
+    "invalid_action": "VALIDATION_ERROR",
+    "unknown_op": "UNKNOWN_TYPE",
+    "capacity": "CAPACITY_REACHED",
+    "bad_config": "FACTORY_ERROR",
+    "not_reset": "EXECUTION_ERROR",
+    "episode_over": "EXECUTION_ERROR",
+    "unsupported": "EXECUTION_ERROR",
+    "internal": "EXECUTION_ERROR",
+}
+
+#: Keys an OpenEnv action may hold. ``action_id`` (discrete) or ``action`` (any
+#: other action) is the action; OpenEnv's Atari action also carries
+#: ``game_name``, ``obs_type`` and ``full_action_space``, which its server
+#: ignores (the session's config decides), and so does this one.
+ACTION_KEYS = frozenset(
+    {"action_id", "action", "game_name", "obs_type", "full_action_space", "metadata"}
+)
+
+
+def openenv_error_code(code: str) -> str:
+    """OpenEnv's name for a protocol error code."""
+    return OPENENV_ERROR_CODES.get(code, "SESSION_ERROR")
+
+
+def plain_json(value: Any) -> Any:
+    """A protocol value as plain JSON data: arrays become nested lists, bytes base64 text."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: plain_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_json(v) for v in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def action_from_openenv(data: Any) -> Any:
+    """The protocol ``step.action`` for an OpenEnv action object.
+
+    Raises:
+        ProtocolError: (``bad_request``) not an object, unknown keys, or neither
+            ``action_id`` nor ``action``.
+    """
+    if not isinstance(data, Mapping):
+        raise ProtocolError(
+            f'the action must be a JSON object such as {{"action_id": 0}}, '
+            f"got {type(data).__name__}",
+            code="bad_request",
+        )
+    unknown = sorted(set(data) - ACTION_KEYS)
+    if unknown:
+        raise ProtocolError(
+            f"unknown action field(s) {', '.join(unknown)}; an action holds 'action_id' "
+            "(discrete actions) or 'action'",
+            code="bad_request",
+        )
+    if "action_id" in data:
+        action = data["action_id"]
+        if type(action) is not int:
+            raise ProtocolError(
+                f"'action_id' must be an integer, got {type(action).__name__}", code="bad_request"
+            )
+        return action
+    if "action" in data:
+        return data["action"]
+    raise ProtocolError(
+        "the action has neither 'action_id' (discrete actions) nor 'action'", code="bad_request"
+    )
+
+
+def reset_fields(data: Any) -> dict[str, Any]:
+    """The ``reset`` frame fields for OpenEnv's reset parameters.
+
+    ``seed`` and ``episode_id`` map to the fields of the same name; any other
+    key goes to ``options``, which the environment checks.
+
+    Raises:
+        ProtocolError: (``bad_request``) the parameters are not an object.
+    """
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ProtocolError(
+            f"reset parameters must be a JSON object, got {type(data).__name__}",
+            code="bad_request",
+        )
+    options = {k: v for k, v in data.items() if k not in ("seed", "episode_id")}
+    fields: dict[str, Any] = {"seed": data.get("seed"), "episode_id": data.get("episode_id")}
+    if options:
+        fields["options"] = options
+    return fields
+
+
+def legal_actions(spec: Mapping[str, Any]) -> list[int]:
+    """The legal action ids of a session's spec (the ``opened.spec`` map)."""
+    legal = spec.get("legal_actions")
+    if legal is not None:
+        return list(legal)
+    action = spec.get("action") or {}
+    if action.get("type") == "discrete":
+        return list(range(int(action["n"])))
+    return []
+
+
+def result_payload(frame: Result, legal: list[int]) -> dict[str, Any]:
+    """OpenEnv's ``{"observation", "reward", "done"}`` for a ``result`` frame."""
+    obs = frame.obs
+    observation: dict[str, Any] = {
+        "screen": obs.ravel().tolist() if obs is not None else [],
+        "screen_shape": list(obs.shape) if obs is not None else [],
+        "legal_actions": legal,
+    }
+    for key, value in frame.info.items():
+        observation.setdefault(key, plain_json(value))
+    observation["terminated"] = frame.terminated
+    observation["truncated"] = frame.truncated
+    return {"observation": observation, "reward": frame.reward, "done": frame.done}
+
+
+def state_payload(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The episode state as OpenEnv's ``State`` JSON (``episode_id``, ``step_count``, extras)."""
+    return {k: plain_json(v) for k, v in state.items()}
+
+
+_JSON_TYPES = {"bool": "boolean", "float16": "number", "float32": "number", "float64": "number"}
+
+
+def schema_payload(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """OpenEnv's ``GET /schema`` reply: JSON schemas of action, observation and state."""
+    action_spec = spec.get("action") or {}
+    if action_spec.get("type") == "discrete":
+        n = int(action_spec["n"])
+        action: dict[str, Any] = {
+            "title": "Action",
+            "type": "object",
+            "properties": {
+                "action_id": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": n - 1,
+                    "description": "index into the action set: "
+                    + ", ".join(f"{i} {m}" for i, m in enumerate(action_spec.get("meanings", ()))),
+                }
+            },
+            "required": ["action_id"],
+        }
+    else:
+        action = {
+            "title": "Action",
+            "type": "object",
+            "properties": {"action": {"description": f"an array action: {action_spec}"}},
+            "required": ["action"],
+        }
+    obs_spec = spec.get("observation") or {}
+    item = _JSON_TYPES.get(str(obs_spec.get("dtype")), "integer")
+    observation = {
+        "title": "Observation",
+        "type": "object",
+        "properties": {
+            "screen": {
+                "type": "array",
+                "items": {"type": item},
+                "description": "the observation, flattened in C order",
+            },
+            "screen_shape": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "default": list(obs_spec.get("shape", ())),
+            },
+            "legal_actions": {"type": "array", "items": {"type": "integer"}},
+            "terminated": {"type": "boolean"},
+            "truncated": {"type": "boolean"},
+        },
+        "additionalProperties": True,
+        "required": ["screen", "screen_shape", "legal_actions"],
+    }
+    state = {
+        "title": "State",
+        "type": "object",
+        "properties": {
+            "episode_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "step_count": {"type": "integer", "minimum": 0},
+        },
+        "additionalProperties": True,
+    }
+    return {"action": action, "observation": observation, "state": state}
+
+
+def metadata_payload(spec: Mapping[str, Any], version: str) -> dict[str, Any]:
+    """OpenEnv's ``GET /metadata`` reply (``EnvironmentMetadata``)."""
+    family = str(spec.get("env", "environment"))
+    game = spec.get("game")
+    name = f"{family}:{game}" if game else family
+    return {
+        "name": name,
+        "description": f"{name} served by openenv-ws (protocol v1 on /ws, OpenEnv JSON dialect)",
+        "readme_content": None,
+        "version": version,
+        "author": None,
+        "documentation_url": None,
+    }

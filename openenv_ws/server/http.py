@@ -1,0 +1,430 @@
+"""The HTTP fallback: protocol v1 sessions over plain HTTP requests.
+
+For networks where WebSockets do not pass (some proxies) and for debugging
+with curl. Each route carries one request frame and answers with its reply
+frame; the session lives on the server between requests, addressed by its id:
+
+====================================  ==========  ======================
+route                                 request     reply (2xx)
+====================================  ==========  ======================
+``POST /v1/sessions``                 ``open``    ``opened`` (201)
+``POST /v1/sessions/{id}/reset``      ``reset``   ``result``
+``POST /v1/sessions/{id}/step``       ``step``    ``result``
+``GET /v1/sessions/{id}/state``       ``state``   ``state``
+``POST /v1/sessions/{id}/snapshot``   ``snapshot``  ``snapshot``
+``POST /v1/sessions/{id}/restore``    ``restore``   ``result``
+``DELETE /v1/sessions/{id}``          ``close``   ``closed``
+====================================  ==========  ======================
+
+Bodies are MessagePack (``Content-Type: application/msgpack``: the body is
+the protocol frame itself, byte for byte) or the JSON view of the frame
+(:mod:`openenv_ws.jsonview`; ``op`` and ``id`` may be left out). The reply
+format follows ``Accept``, else the request's format, else JSON. Every
+request is served by the same :class:`~openenv_ws.server.ServerSession` code
+as a WebSocket message; errors are ``error`` frames with the protocol's codes
+and the HTTP status of :data:`HTTP_STATUS`. Sessions idle for longer than the
+TTL are closed by a background sweeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ..environment import EnvFactory
+from ..errors import PayloadTooBig, ProtocolError
+from ..jsonview import client_frame_from_json, frame_to_json
+from ..protocol import (
+    ERRORS,
+    PROTOCOL_VERSION,
+    ClientFrame,
+    Error,
+    Open,
+    Opened,
+    SessionState,
+    decode_client_frame,
+    decode_server_frame,
+    encode,
+    error_frame,
+)
+from ._session import ServerSession
+
+__all__ = [
+    "HTTP_STATUS",
+    "JSON",
+    "MSGPACK",
+    "SESSIONS_PATH",
+    "HTTPSessionStore",
+    "http_routes",
+    "http_status",
+]
+
+logger = logging.getLogger("openenv_ws.server")
+
+#: Path of the HTTP fallback's session collection.
+SESSIONS_PATH = "/v1/sessions"
+MSGPACK = "application/msgpack"
+JSON = "application/json"
+_MSGPACK_TYPES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
+
+#: HTTP status of a reply carrying each protocol error code.
+HTTP_STATUS: dict[str, int] = {
+    "bad_frame": 400,
+    "text_frame": 400,
+    "too_big": 413,
+    "unsupported_version": 400,
+    "auth": 401,
+    "capacity": 429,
+    "idle_timeout": 404,
+    "shutting_down": 503,
+    "resume_failed": 404,
+    "internal": 500,
+    "bad_request": 400,
+    "unknown_op": 400,
+    "not_open": 404,
+    "already_open": 409,
+    "bad_config": 422,
+    "not_reset": 409,
+    "episode_over": 409,
+    "invalid_action": 422,
+    "unsupported": 501,
+    "bad_snapshot": 422,
+}
+
+
+def http_status(code: str) -> int:
+    """The HTTP status for an error code; codes a later revision adds map by their fatal flag."""
+    status = HTTP_STATUS.get(code)
+    if status is None:
+        status = 500 if ERRORS.get(code, ERRORS["internal"]).fatal else 400
+    return status
+
+
+# A JSON body holds base64 (4/3 of the bytes) plus syntax: it may be twice the frame limit.
+_JSON_BODY_FACTOR = 2
+# Canonical frames start with the map header, "op" and the op name (SPEC section 3).
+_ERROR_PREFIX = encode(Error(id=0))[:10]
+# How many recently expired session ids are remembered, to say "expired" rather than "unknown".
+_TOMBSTONES = 4096
+
+
+# --------------------------------------------------------------------------- the store
+
+
+@dataclass(slots=True, eq=False)
+class HTTPEntry:
+    """One HTTP session: the sans-I/O session, the spec it opened with, its last use."""
+
+    session: ServerSession
+    spec: dict[str, Any] = field(default_factory=dict)
+    last_used: float = 0.0
+
+
+class HTTPSessionStore:
+    """The sessions opened over HTTP, in order of last use, with idle expiry.
+
+    Args:
+        env_factory: makes the environment of each session.
+        admit: the registry's admission (shared with WebSocket sessions, so
+            the session limit counts both).
+        release: the registry's release.
+        ttl: seconds without a request after which a session is closed
+            (None: never).
+        max_frame_size: largest request frame, in bytes.
+        clock: monotonic seconds (tests may pass their own).
+    """
+
+    def __init__(
+        self,
+        env_factory: EnvFactory,
+        *,
+        admit: Callable[[ServerSession], tuple[str, str] | None] | None,
+        release: Callable[[ServerSession], None] | None,
+        ttl: float | None,
+        max_frame_size: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ttl is not None and ttl <= 0:
+            raise ValueError(f"ttl must be positive seconds or None, got {ttl!r}")
+        self.env_factory = env_factory
+        self._admit = admit
+        self._release = release
+        self.ttl = ttl
+        self.max_frame_size = max_frame_size
+        self._clock = clock
+        self._entries: OrderedDict[str, HTTPEntry] = OrderedDict()
+        self._expired: OrderedDict[str, None] = OrderedDict()
+        self._sweeper: asyncio.Task[None] | None = None
+        self.expired_total = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def new_session(self) -> ServerSession:
+        """A session not yet open nor stored (see :meth:`add`)."""
+        return ServerSession(
+            self.env_factory,
+            max_frame_size=self.max_frame_size,
+            admit=self._admit,
+            release=self._release,
+        )
+
+    def add(self, session: ServerSession, spec: dict[str, Any]) -> HTTPEntry:
+        """Keep an open session; it is found by its ``session_id`` from now on."""
+        self.expire()
+        entry = HTTPEntry(session, spec, self._clock())
+        self._entries[session.session_id] = entry
+        return entry
+
+    def get(self, session_id: str) -> HTTPEntry | None:
+        """The session with that id, marked as just used; None when unknown or expired."""
+        entry = self._entries.get(session_id)
+        if entry is not None:
+            entry.last_used = self._clock()
+            self._entries.move_to_end(session_id)
+        return entry
+
+    def missing(self, session_id: str) -> tuple[str, str]:
+        """The error code and message for an id :meth:`get` did not find."""
+        if session_id in self._expired:
+            return (
+                "idle_timeout",
+                f"session {session_id} expired after {self.ttl:g} s without a request; "
+                f"open a new one with POST {SESSIONS_PATH}",
+            )
+        return (
+            "not_open",
+            f"session {session_id} is unknown or closed; open one with POST {SESSIONS_PATH}",
+        )
+
+    def drop(self, session_id: str) -> None:
+        """Forget and close a session (closed by the client, or ended by a fatal error)."""
+        entry = self._entries.pop(session_id, None)
+        if entry is not None:
+            entry.session.close()
+
+    def expire(self, now: float | None = None) -> int:
+        """Close the sessions idle for longer than the TTL; returns how many.
+
+        The entries are in order of last use, so this looks at the expired
+        ones and the first live one only.
+        """
+        if self.ttl is None:
+            return 0
+        deadline = (self._clock() if now is None else now) - self.ttl
+        entries = self._entries
+        count = 0
+        while entries:
+            session_id, entry = next(iter(entries.items()))
+            if entry.last_used > deadline:
+                break
+            del entries[session_id]
+            entry.session.close()
+            self._expired[session_id] = None
+            if len(self._expired) > _TOMBSTONES:
+                self._expired.popitem(last=False)
+            count += 1
+        if count:
+            self.expired_total += count
+            logger.info("closed %d HTTP session(s) idle for more than %g s", count, self.ttl)
+        return count
+
+    # ------------------------------------------------------------------ the sweeper
+
+    def start(self) -> None:
+        """Start the background sweeper on the running loop (idempotent)."""
+        if self.ttl is None or (self._sweeper is not None and not self._sweeper.done()):
+            return
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self._sweep(), name="openenv-ws-http-sweeper"
+        )
+
+    async def _sweep(self) -> None:
+        assert self.ttl is not None
+        interval = min(max(self.ttl / 4, 0.01), 30.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.expire()
+            except Exception:
+                logger.exception("HTTP session sweep failed")
+
+    async def aclose(self) -> None:
+        """Stop the sweeper and close every session (server shutdown)."""
+        task, self._sweeper = self._sweeper, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        while self._entries:
+            _, entry = self._entries.popitem()
+            entry.session.close()
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def is_msgpack(content_type: str | None) -> bool:
+    return content_type is not None and content_type.split(";", 1)[0].strip() in _MSGPACK_TYPES
+
+
+def reply_type(request: Request, body_is_msgpack: bool | None) -> str:
+    """``Accept`` first, then the request body's format, then JSON."""
+    accept = request.headers.get("accept", "")
+    if "msgpack" in accept:
+        return MSGPACK
+    if "json" in accept:
+        return JSON
+    return MSGPACK if body_is_msgpack else JSON
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with PayloadTooBig as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooBig(int(declared), limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooBig(size, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def error_response(code: str, message: str, media_type: str, rid: int | None = None) -> Response:
+    """An ``error`` frame in the wanted format with the status of its code."""
+    frame = error_frame(rid, code, message)
+    content = encode(frame) if media_type == MSGPACK else frame_to_json(frame)
+    headers = {"Retry-After": "1"} if code == "capacity" else None
+    return Response(content, http_status(code), headers=headers, media_type=media_type)
+
+
+def reply_response(reply: bytes, media_type: str, ok_status: int = 200) -> Response:
+    """A reply frame of a session as a response, with the status of its error code if any."""
+    if not reply.startswith(_ERROR_PREFIX):
+        body = reply if media_type == MSGPACK else frame_to_json(decode_server_frame(reply))
+        return Response(body, ok_status, media_type=media_type)
+    error = decode_server_frame(reply)
+    assert isinstance(error, Error)
+    body = reply if media_type == MSGPACK else frame_to_json(error)
+    headers = {"Retry-After": "1"} if error.code == "capacity" else None
+    return Response(body, http_status(error.code), headers=headers, media_type=media_type)
+
+
+async def read_frame(
+    request: Request, op: str, max_frame_size: int
+) -> tuple[ClientFrame, bytes | None]:
+    """The request frame of a route, and its MessagePack bytes when the body was MessagePack.
+
+    Raises:
+        ProtocolError: the body is too large, malformed, or holds another op.
+    """
+    msgpack_body = is_msgpack(request.headers.get("content-type"))
+    limit = max_frame_size if msgpack_body else max_frame_size * _JSON_BODY_FACTOR
+    body = await read_body(request, limit)
+    defaults: dict[str, Any] = {"op": op, "id": 0}
+    if op == "open":
+        defaults["version"] = PROTOCOL_VERSION
+    if not body:
+        # A route whose op has no required fields needs no body (GET state, DELETE).
+        frame = client_frame_from_json(b"", defaults=defaults)
+        return frame, None
+    if msgpack_body:
+        frame = decode_client_frame(body, max_frame_size=max_frame_size)
+        wire: bytes | None = body
+    else:
+        frame = client_frame_from_json(body, defaults=defaults)
+        wire = None
+    if op != frame.OP:
+        raise ProtocolError(
+            f"a '{frame.OP}' frame was sent to the '{op}' route; "
+            f"send it to the route of its op (see {SESSIONS_PATH})",
+            code="bad_request",
+            request_id=frame.id,
+        )
+    return frame, wire
+
+
+# --------------------------------------------------------------------------- routes
+
+
+class HTTPFallback:
+    """The route handlers of the HTTP fallback over one :class:`HTTPSessionStore`."""
+
+    def __init__(self, store: HTTPSessionStore) -> None:
+        self.store = store
+
+    async def open(self, request: Request) -> Response:
+        store = self.store
+        media = reply_type(request, is_msgpack(request.headers.get("content-type")))
+        try:
+            frame, _ = await read_frame(request, "open", store.max_frame_size)
+        except ProtocolError as exc:
+            return error_response(exc.code, str(exc), media, exc.request_id)
+        assert isinstance(frame, Open)
+        session = store.new_session()
+        reply, _ = session.handle(encode(frame))
+        if session.state is not SessionState.OPEN:
+            session.close()
+            return reply_response(reply, media)
+        opened = decode_server_frame(reply)
+        assert isinstance(opened, Opened)
+        store.add(session, opened.spec)
+        response = reply_response(reply, media, 201)
+        response.headers["Location"] = f"{SESSIONS_PATH}/{session.session_id}"
+        return response
+
+    def route(self, op: str) -> Callable[[Request], Any]:
+        store = self.store
+
+        async def handler(request: Request) -> Response:
+            msgpack_body = is_msgpack(request.headers.get("content-type"))
+            media = reply_type(request, msgpack_body)
+            session_id: str = request.path_params["session_id"]
+            try:
+                frame, wire = await read_frame(request, op, store.max_frame_size)
+            except ProtocolError as exc:
+                if ERRORS.get(exc.code, ERRORS["internal"]).fatal:
+                    store.drop(session_id)
+                return error_response(exc.code, str(exc), media, exc.request_id)
+            # Looked up after the body is read: the sweeper may have run meanwhile.
+            entry = store.get(session_id)
+            if entry is None:
+                code, message = store.missing(session_id)
+                # As on a WebSocket, idle_timeout answers no request: its id is nil.
+                rid = None if code == "idle_timeout" else frame.id
+                return error_response(code, message, media, rid)
+            reply, close = entry.session.handle(wire if wire is not None else encode(frame))
+            if close is not None:
+                store.drop(session_id)
+            return reply_response(reply, media)
+
+        handler.__name__ = f"http_{op}"
+        return handler
+
+
+def http_routes(store: HTTPSessionStore) -> list[BaseRoute]:
+    """The HTTP fallback's routes (see the module docstring)."""
+    fallback = HTTPFallback(store)
+    item = SESSIONS_PATH + "/{session_id}"
+    return [
+        Route(SESSIONS_PATH, fallback.open, methods=["POST"]),
+        Route(item + "/reset", fallback.route("reset"), methods=["POST"]),
+        Route(item + "/step", fallback.route("step"), methods=["POST"]),
+        Route(item + "/state", fallback.route("state"), methods=["GET", "POST"]),
+        Route(item + "/snapshot", fallback.route("snapshot"), methods=["POST"]),
+        Route(item + "/restore", fallback.route("restore"), methods=["POST"]),
+        Route(item, fallback.route("close"), methods=["DELETE"]),
+    ]
