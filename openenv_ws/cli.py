@@ -54,7 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     limits = ServerLimits(max_sessions=args.max_sessions, max_frame_size=args.max_frame_size)
-    app = create_app(_load_factory(args.env), limits=limits)
+    app = create_app(_load_factory(args.env), limits=limits, web=args.web)
     sock = bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -64,6 +64,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app, host=args.host, port=port, max_frame_size=args.max_frame_size, log_level=args.log_level
     )
     print(f"openenv-ws: serving protocol v1 on ws://{shown}:{port}/ws", flush=True)
+    if args.web:
+        print(f"openenv-ws: web page on http://{shown}:{port}/web/", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 
@@ -145,6 +147,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    serve.add_argument(
+        "--no-web",
+        dest="web",
+        action="store_false",
+        help="do not serve the web page (/ and /web/) to watch or play a session",
     )
     serve.set_defaults(func=cmd_serve)
 

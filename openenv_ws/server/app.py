@@ -12,11 +12,12 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from .. import __version__
 from ..environment import EnvFactory
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
+from ..web import web_routes
 from ._session import CloseRequest, ServerSession
 from .http import HTTPSessionStore, http_routes
 from .openenv_compat import OpenEnvCompat
@@ -145,6 +146,7 @@ def create_app(
     env_factory: EnvFactory,
     *,
     limits: ServerLimits | None = None,
+    web: bool = True,
     openenv_config: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """Build the Starlette app serving `env_factory`'s environments.
@@ -152,6 +154,7 @@ def create_app(
     Args:
         env_factory: makes one environment per session from its ``open`` config.
         limits: per-process limits (sessions, frame size, HTTP session TTL).
+        web: serve the web page to watch or play a session (``/`` and ``/web/``).
         openenv_config: the environment config of sessions opened by OpenEnv's
             clients (its JSON dialect on ``/ws``, its HTTP routes), whose
             requests carry none (see :mod:`openenv_ws.server.openenv_compat`).
@@ -159,7 +162,8 @@ def create_app(
     Returns:
         A Starlette app with ``WS /ws`` (protocol v1, and OpenEnv's dialect),
         ``GET /health``, the HTTP fallback under ``/v1/sessions`` (see
-        :mod:`openenv_ws.server.http`) and OpenEnv's HTTP routes.
+        :mod:`openenv_ws.server.http`), OpenEnv's HTTP routes and, with `web`,
+        the page's routes (see :mod:`openenv_ws.web`).
     """
     registry = SessionRegistry(limits or ServerLimits())
     http_sessions = HTTPSessionStore(
@@ -182,15 +186,15 @@ def create_app(
         finally:
             await http_sessions.aclose()
 
-    app = Starlette(
-        routes=[
-            WebSocketRoute(WS_PATH, SessionEndpoint(env_factory, registry, openenv=openenv)),
-            Route("/health", health, methods=["GET"]),
-            *http_routes(http_sessions),
-            *openenv.routes(),
-        ],
-        lifespan=lifespan,
-    )
+    routes: list[BaseRoute] = [
+        WebSocketRoute(WS_PATH, SessionEndpoint(env_factory, registry, openenv=openenv)),
+        Route("/health", health, methods=["GET"]),
+        *http_routes(http_sessions),
+        *openenv.routes(),
+    ]
+    if web:
+        routes += web_routes(env_factory)
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.registry = registry
     app.state.http_sessions = http_sessions
     return app

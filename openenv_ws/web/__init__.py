@@ -1,0 +1,71 @@
+"""The web page: watch or play a session in a browser, over the session WebSocket.
+
+The page (``static/``: ``index.html``, ``app.js``, ``style.css`` and
+``protocol.js``, a dependency-free protocol v1 codec) opens its own session on
+``/ws`` like any other client. Everything it loads comes from this package:
+no CDN, no network beyond the server that serves it.
+
+Routes (added by ``create_app(..., web=True)``):
+
+- ``GET /`` redirects to ``/web/``;
+- ``GET /web/`` serves the page, ``/web/<file>`` its static files;
+- ``GET /web/info`` tells the page the protocol version, the WebSocket path and,
+  for Atari servers, the games and observation types to offer.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..environment import EnvFactory
+from ..protocol import PROTOCOL_VERSION, WS_PATH
+
+__all__ = ["STATIC_DIR", "env_choices", "web_routes"]
+
+#: Folder of the page's files, shipped as package data.
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+def env_choices(env_factory: EnvFactory) -> dict[str, Any]:
+    """What the page offers in its ``open`` config for `env_factory`'s sessions.
+
+    Atari's factory gets its bundled games and observation types; any other
+    factory gets empty lists, and the page sends the config the user types.
+    """
+    atari = sys.modules.get("atari")  # only a server that imported it can serve Atari
+    if atari is not None and env_factory is getattr(atari, "atari_factory", None):
+        return {
+            "env": "atari",
+            "games": list(atari.games()),
+            "obs_types": ["rgb", "grayscale", "ram"],
+            "defaults": {"game": "pong", "obs_type": "rgb"},
+        }
+    return {"env": None, "games": [], "obs_types": [], "defaults": {}}
+
+
+def web_routes(env_factory: EnvFactory) -> list[BaseRoute]:
+    """The page's routes, to add to the app serving `env_factory`'s sessions."""
+    choices = env_choices(env_factory)
+
+    async def info(request: Request) -> JSONResponse:
+        root = request.scope.get("root_path", "")
+        return JSONResponse(
+            {"protocol": PROTOCOL_VERSION, "ws_path": root + WS_PATH, **choices},
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def home(request: Request) -> RedirectResponse:
+        return RedirectResponse(request.scope.get("root_path", "") + "/web/", status_code=307)
+
+    return [
+        Route("/", home, methods=["GET", "HEAD"]),
+        Route("/web/info", info, methods=["GET"]),
+        Mount("/web", StaticFiles(directory=STATIC_DIR, html=True), name="web"),
+    ]

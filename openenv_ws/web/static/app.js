@@ -1,0 +1,611 @@
+// The page: one session over the server's /ws endpoint (protocol v1), drawn
+// on a canvas, played from the keyboard or by a random agent.
+import { MAX_ID, NDArray, PROTOCOL_VERSION, ProtocolError, decodeReply, encodeRequest } from "./protocol.js";
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  conn: $("conn"),
+  form: $("session-form"),
+  game: $("game"),
+  gameField: $("game-field"),
+  obsType: $("obs-type"),
+  obsField: $("obs-field"),
+  seed: $("seed"),
+  extra: $("extra-config"),
+  token: $("token"),
+  speed: $("speed"),
+  scale: $("scale"),
+  autoReset: $("auto-reset"),
+  startPaused: $("start-paused"),
+  play: $("play"),
+  step: $("step"),
+  reset: $("reset"),
+  stop: $("stop"),
+  screen: $("screen"),
+  bytes: $("bytes"),
+  status: $("status"),
+  actions: $("actions"),
+  stat: {
+    score: $("stat-score"),
+    lives: $("stat-lives"),
+    frame: $("stat-frame"),
+    steps: $("stat-steps"),
+    latency: $("stat-latency"),
+    fps: $("stat-fps"),
+    action: $("stat-action"),
+    episode: $("stat-episode"),
+    session: $("stat-session"),
+  },
+};
+const ctx = ui.screen.getContext("2d");
+
+/** An `error` frame from the server. */
+class RemoteError extends Error {
+  constructor(frame) {
+    super(`${frame.code}: ${frame.message}`);
+    this.code = frame.code;
+    this.fatal = frame.fatal;
+  }
+}
+
+/** One session = one WebSocket. Replies come in request order and are matched by id. */
+class Session {
+  static connect(url) {
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(url);
+      ws.binaryType = "arraybuffer";
+      ws.onopen = () => resolve(new Session(ws));
+      ws.onerror = () => reject(new Error(`cannot connect to ${url}; is the server running?`));
+    });
+  }
+
+  constructor(ws) {
+    this.ws = ws;
+    this.nextId = 1;
+    this.pending = new Map();
+    this.closed = false;
+    this.onlost = null;
+    this.latency = 0; // milliseconds from sending the last answered request to its reply
+    ws.onerror = null;
+    ws.onmessage = (event) => this.receive(event.data);
+    this.fatal = null; // the message of a fatal error frame, which explains the close that follows
+    ws.onclose = (event) => this.lost(this.fatal ?? `the connection closed (${event.code}${event.reason ? `: ${event.reason}` : ""})`);
+  }
+
+  request(frame) {
+    if (this.closed) return Promise.reject(new Error("the session is closed; start a new one"));
+    const id = this.nextId;
+    this.nextId = id >= MAX_ID ? 1 : id + 1;
+    return new Promise((resolve, reject) => {
+      const data = encodeRequest({ ...frame, id });
+      this.pending.set(id, { resolve, reject, sent: performance.now() });
+      this.ws.send(data);
+    });
+  }
+
+  receive(data) {
+    let reply;
+    try {
+      reply = decodeReply(new Uint8Array(data));
+    } catch (err) {
+      // A frame we cannot read leaves the stream unusable: end the session.
+      this.lost(`the server sent a frame this page cannot read (${err.code ?? "error"}: ${err.message})`);
+      this.ws.close();
+      return;
+    }
+    if (reply.op === "error" && reply.fatal) this.fatal = `${reply.code}: ${reply.message}`;
+    if (reply.op === "error" && reply.id === null) {
+      const err = new RemoteError(reply);
+      for (const p of this.pending.values()) p.reject(err);
+      this.pending.clear();
+      return;
+    }
+    const waiter = this.pending.get(reply.id);
+    if (waiter === undefined) return; // a reply to nothing we asked: ignore it
+    this.pending.delete(reply.id);
+    this.latency = performance.now() - waiter.sent;
+    if (reply.op === "error") waiter.reject(new RemoteError(reply));
+    else waiter.resolve(reply);
+  }
+
+  lost(why) {
+    if (this.closed) return;
+    this.closed = true;
+    const err = new Error(why);
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
+    this.onlost?.(why);
+  }
+
+  async close() {
+    if (this.closed) return;
+    try {
+      await this.request({ op: "close" });
+    } catch {
+      // already going away: closing the socket below is all that is left
+    }
+    this.closed = true;
+    this.ws.close(1000);
+  }
+}
+
+// ----------------------------------------------------------------- state
+
+const game = {
+  session: null,
+  meanings: [],
+  nActions: 0,
+  playing: false,
+  running: false, // an episode is in progress
+  inflight: null, // the promise of the request on the wire, if any
+  loopToken: 0,
+  score: 0,
+  steps: 0,
+  frame: 0,
+  held: new Set(),
+  queued: null, // an action clicked while playing, sent with the next step
+  latencies: [],
+  renders: [],
+  wsPath: "/ws",
+};
+
+const setStatus = (text, error = false) => {
+  ui.status.textContent = text;
+  ui.status.classList.toggle("error", error);
+};
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ----------------------------------------------------------------- drawing
+
+let image = null;
+
+function imageData(w, h) {
+  if (image === null || image.width !== w || image.height !== h) {
+    ui.screen.width = w;
+    ui.screen.height = h;
+    image = ctx.createImageData(w, h);
+  }
+  return image;
+}
+
+// Values of any dtype as 0..255 bytes: uint8 as is, the rest stretched over their range.
+function asBytes(arr) {
+  if (arr.dtype === "uint8") return arr.data;
+  const values = Array.from(arr.data, Number);
+  const lo = Math.min(...values);
+  const hi = Math.max(...values);
+  const span = hi > lo ? hi - lo : 1;
+  return Uint8ClampedArray.from(values, (v) => ((v - lo) * 255) / span);
+}
+
+function draw(obs) {
+  if (!(obs instanceof NDArray)) return;
+  const scale = Number(ui.scale.value);
+  const shape = obs.shape;
+  const src = asBytes(obs);
+  let w;
+  let h;
+  let cell;
+  if (shape.length === 3 && (shape[2] === 3 || shape[2] === 4)) {
+    [h, w] = shape;
+    const c = shape[2];
+    const px = imageData(w, h).data;
+    for (let i = 0, j = 0; i < w * h; i++, j += c) {
+      px[4 * i] = src[j];
+      px[4 * i + 1] = src[j + 1];
+      px[4 * i + 2] = src[j + 2];
+      px[4 * i + 3] = 255;
+    }
+    cell = scale;
+  } else if (shape.length === 2) {
+    [h, w] = shape;
+    const px = imageData(w, h).data;
+    for (let i = 0; i < w * h; i++) {
+      px[4 * i] = px[4 * i + 1] = px[4 * i + 2] = src[i];
+      px[4 * i + 3] = 255;
+    }
+    cell = scale;
+  } else {
+    // A vector (e.g. the 128 bytes of Atari RAM): a grid of cells, 16 per row.
+    const n = src.length;
+    w = Math.min(16, Math.max(1, n));
+    h = Math.max(1, Math.ceil(n / w));
+    const px = imageData(w, h).data;
+    px.fill(0);
+    for (let i = 0; i < n; i++) {
+      px[4 * i] = px[4 * i + 1] = px[4 * i + 2] = src[i];
+      px[4 * i + 3] = 255;
+    }
+    cell = 8 * scale;
+    showBytes(obs);
+  }
+  ui.bytes.hidden = shape.length === 2 || shape.length === 3;
+  ctx.putImageData(image, 0, 0);
+  ui.screen.style.width = `${w * cell}px`;
+  ui.screen.style.height = `${h * cell}px`;
+}
+
+function showBytes(obs) {
+  const hex = obs.dtype === "uint8";
+  const cells = Array.from(obs.data, (v) => (hex ? Number(v).toString(16).padStart(2, "0") : String(v)));
+  const rows = [];
+  for (let i = 0; i < cells.length; i += 16) {
+    const offset = i.toString(16).padStart(4, "0");
+    rows.push(`${offset}  ${cells.slice(i, i + 16).join(" ")}`);
+  }
+  ui.bytes.textContent = rows.join("\n");
+}
+
+// ----------------------------------------------------------------- stats
+
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+function showStats(info, actionName) {
+  const now = performance.now();
+  game.renders.push(now);
+  while (game.renders[0] < now - 1000) game.renders.shift();
+  ui.stat.score.textContent = Number.isInteger(game.score) ? String(game.score) : game.score.toFixed(2);
+  ui.stat.lives.textContent = info.lives ?? "–";
+  ui.stat.frame.textContent = String(game.frame);
+  ui.stat.steps.textContent = String(game.steps);
+  if (game.latencies.length > 0) {
+    const last = game.latencies[game.latencies.length - 1];
+    ui.stat.latency.textContent = `${last.toFixed(2)} ms (p50 ${median(game.latencies).toFixed(2)})`;
+  }
+  ui.stat.fps.textContent = String(game.renders.length);
+  if (actionName !== undefined) ui.stat.action.textContent = actionName;
+}
+
+// ----------------------------------------------------------------- actions
+
+// Arrow keys and space held right now -> an ALE action name such as
+// "UPRIGHTFIRE", falling back to the nearest action the game has.
+function keyboardAction() {
+  const k = game.held;
+  const v = k.has("ArrowUp") && !k.has("ArrowDown") ? "UP" : k.has("ArrowDown") && !k.has("ArrowUp") ? "DOWN" : "";
+  const h = k.has("ArrowRight") && !k.has("ArrowLeft") ? "RIGHT" : k.has("ArrowLeft") && !k.has("ArrowRight") ? "LEFT" : "";
+  const f = k.has("Space") ? "FIRE" : "";
+  for (const name of [v + h + f, v + h, h + f, v + f, h, v, f]) {
+    if (name === "") continue;
+    const index = game.meanings.indexOf(name);
+    if (index >= 0) return index;
+  }
+  const noop = game.meanings.indexOf("NOOP");
+  return noop >= 0 ? noop : 0;
+}
+
+function chooseAction() {
+  if (game.queued !== null) {
+    const a = game.queued;
+    game.queued = null;
+    return a;
+  }
+  if (document.querySelector('input[name="mode"]:checked').value === "random") {
+    return Math.floor(Math.random() * game.nActions);
+  }
+  return keyboardAction();
+}
+
+const actionName = (a) => game.meanings[a] ?? String(a);
+
+function keyHint(name) {
+  let hint = "";
+  if (name.includes("UP")) hint += "↑";
+  if (name.includes("DOWN")) hint += "↓";
+  if (name.includes("LEFT")) hint += "←";
+  if (name.includes("RIGHT")) hint += "→";
+  if (name.includes("FIRE")) hint += "␣";
+  return hint;
+}
+
+function buildActions() {
+  ui.actions.replaceChildren();
+  for (let a = 0; a < game.nActions; a++) {
+    const li = document.createElement("li");
+    const button = document.createElement("button");
+    button.type = "button";
+    button.dataset.action = String(a);
+    const index = document.createElement("span");
+    index.className = "index";
+    index.textContent = String(a);
+    button.append(index, actionName(a));
+    const keys = document.createElement("span");
+    keys.className = "keys";
+    keys.textContent = keyHint(actionName(a));
+    button.append(keys);
+    li.append(button);
+    ui.actions.append(li);
+  }
+}
+
+function markAction(a) {
+  for (const b of ui.actions.querySelectorAll("button")) b.classList.toggle("current", b.dataset.action === String(a));
+}
+
+// ----------------------------------------------------------------- session flow
+
+function setControls(open) {
+  for (const b of [ui.play, ui.step, ui.reset, ui.stop]) b.disabled = !open;
+  ui.play.textContent = game.playing ? "Pause" : "Play";
+  ui.conn.classList.toggle("on", open);
+  ui.conn.classList.toggle("off", !open);
+  if (!open) ui.conn.textContent = "no session";
+}
+
+function showResult(reply, action) {
+  game.frame = reply.info.episode_frame_number ?? game.steps;
+  draw(reply.obs);
+  showStats(reply.info, action === undefined ? undefined : actionName(action));
+  if (action !== undefined) markAction(action);
+  if (reply.done) {
+    game.running = false;
+    const how = reply.terminated ? "game over" : "truncated";
+    ui.stat.episode.textContent = how;
+    setStatus(`Episode ended (${how}) after ${game.steps} steps with score ${ui.stat.score.textContent}. Press Reset (R).`);
+  }
+}
+
+// Every request goes through here, one at a time, so a reset never races a
+// step. Returns the reply and its round trip in milliseconds.
+async function send(frame) {
+  while (game.inflight !== null) await game.inflight.catch(() => {});
+  const session = game.session;
+  if (session === null) throw new Error("no session; start one first");
+  const pending = session.request(frame);
+  game.inflight = pending;
+  try {
+    const reply = await pending;
+    return [reply, session.latency];
+  } finally {
+    if (game.inflight === pending) game.inflight = null;
+  }
+}
+
+async function stepOnce(action) {
+  if (!game.running) return;
+  let reply;
+  let latency;
+  try {
+    [reply, latency] = await send({ op: "step", action });
+  } catch (err) {
+    fail(err);
+    return;
+  }
+  game.latencies.push(latency);
+  if (game.latencies.length > 100) game.latencies.shift();
+  game.steps += 1;
+  game.score += reply.reward;
+  showResult(reply, action);
+}
+
+function parseSeed() {
+  const text = ui.seed.value.trim();
+  if (text === "") return null;
+  if (!/^\d+$/.test(text)) throw new Error(`seed must be a non-negative integer, got ${text}`);
+  const big = BigInt(text);
+  return big <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(big) : big;
+}
+
+async function resetEpisode() {
+  const seed = parseSeed();
+  const [reply] = await send({ op: "reset", seed });
+  game.score = 0;
+  game.steps = 0;
+  game.latencies = [];
+  game.running = true;
+  ui.stat.episode.textContent = seed === null ? "running" : `running (seed ${seed})`;
+  showResult(reply);
+  ui.stat.action.textContent = "–";
+  markAction(null);
+}
+
+async function loop() {
+  const token = ++game.loopToken;
+  let next = performance.now();
+  while (game.playing && game.running && token === game.loopToken) {
+    await stepOnce(chooseAction());
+    if (!game.running && game.playing && ui.autoReset.checked && game.session !== null) {
+      const seed = parseSeed();
+      if (seed !== null) ui.seed.value = String(typeof seed === "bigint" ? seed + 1n : seed + 1);
+      await resetEpisode().catch(fail);
+    }
+    const speed = Number(ui.speed.value);
+    if (speed > 0) {
+      next += 1000 / speed;
+      const now = performance.now();
+      if (next < now - 250) next = now; // fell behind (a slow step, a hidden tab): no burst to catch up
+      await sleep(Math.max(0, next - now));
+    }
+  }
+  if (token === game.loopToken && game.playing && !game.running) {
+    game.playing = false;
+    setControls(game.session !== null);
+  }
+}
+
+function setPlaying(on) {
+  game.playing = on && game.running;
+  setControls(game.session !== null);
+  if (game.playing) {
+    setStatus(
+      document.querySelector('input[name="mode"]:checked').value === "random"
+        ? "The random agent is playing."
+        : "Playing: arrows and space steer; P pauses.",
+    );
+    loop();
+  } else if (game.running) {
+    setStatus("Paused: each arrow or space press sends one step; P resumes.");
+  }
+}
+
+function fail(err) {
+  if (err instanceof RemoteError && !err.fatal) {
+    setStatus(`The server refused the request: ${err.message}`, true);
+    if (err.code === "episode_over") game.running = false;
+    return;
+  }
+  setStatus(err instanceof ProtocolError ? `Protocol error: ${err.message}` : err.message, true);
+}
+
+function onLost(session, why) {
+  if (game.session !== session) return;
+  game.session = null;
+  game.running = false;
+  game.playing = false;
+  game.loopToken++;
+  setControls(false);
+  setStatus(`Session over: ${why}. Start a new one.`, true);
+}
+
+async function closeSession() {
+  const session = game.session;
+  game.loopToken++;
+  game.playing = false;
+  game.running = false;
+  game.session = null;
+  game.inflight = null;
+  setControls(false);
+  if (session !== null) await session.close();
+}
+
+function readConfig() {
+  let config;
+  try {
+    config = JSON.parse(ui.extra.value.trim() || "{}");
+  } catch (err) {
+    throw new Error(`extra config is not valid JSON: ${err.message}`);
+  }
+  if (config === null || typeof config !== "object" || Array.isArray(config)) {
+    throw new Error("extra config must be a JSON object, e.g. {\"frameskip\": 4}");
+  }
+  if (!ui.gameField.hidden) config.game = ui.game.value;
+  if (!ui.obsField.hidden) config.obs_type = ui.obsType.value;
+  return config;
+}
+
+async function startSession(event) {
+  event.preventDefault();
+  await closeSession();
+  let session;
+  try {
+    const config = readConfig();
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    const url = `${scheme}//${location.host}${game.wsPath}`;
+    setStatus(`Connecting to ${url} ...`);
+    session = await Session.connect(url);
+    const token = ui.token.value === "" ? null : ui.token.value;
+    const opened = await session.request({ op: "open", version: PROTOCOL_VERSION, config, token });
+    const action = opened.spec.action ?? {};
+    if (action.type !== "discrete") {
+      throw new Error("this page plays discrete action spaces only; this environment's actions are not discrete");
+    }
+    game.session = session;
+    session.onlost = (why) => onLost(session, why);
+    game.nActions = Number(action.n);
+    game.meanings = Array.isArray(action.meanings) && action.meanings.length === game.nActions ? action.meanings.map(String) : [];
+    buildActions();
+    ui.stat.session.textContent = opened.session_id;
+    const name = opened.spec.game ?? opened.spec.env ?? "session";
+    ui.conn.textContent = `${name} · ${opened.session_id.slice(0, 8)}`;
+    await resetEpisode();
+    ui.screen.focus();
+    setPlaying(!ui.startPaused.checked);
+  } catch (err) {
+    if (session !== undefined && game.session !== session) session.close();
+    fail(err);
+  }
+}
+
+// ----------------------------------------------------------------- input
+
+const STEER = new Set(["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Space"]);
+const typing = (target) => ["INPUT", "SELECT", "TEXTAREA"].includes(target.tagName) && target.type !== "radio" && target.type !== "checkbox";
+
+window.addEventListener("keydown", (event) => {
+  if (typing(event.target) || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (STEER.has(event.code)) {
+    event.preventDefault(); // no page scrolling, no button presses
+    const fresh = !game.held.has(event.code);
+    game.held.add(event.code);
+    if (fresh && !game.playing && game.running) stepOnce(keyboardAction());
+  } else if (event.code === "KeyP" && game.session !== null) {
+    setPlaying(!game.playing);
+  } else if (event.code === "KeyR" && game.session !== null) {
+    ui.reset.click();
+  }
+});
+window.addEventListener("keyup", (event) => {
+  if (STEER.has(event.code)) {
+    game.held.delete(event.code);
+    if (!typing(event.target)) event.preventDefault();
+  }
+});
+window.addEventListener("blur", () => game.held.clear());
+
+ui.form.addEventListener("submit", startSession);
+ui.play.addEventListener("click", () => setPlaying(!game.playing));
+ui.step.addEventListener("click", () => {
+  if (!game.playing) stepOnce(chooseAction());
+});
+ui.reset.addEventListener("click", async () => {
+  const wasPlaying = game.playing;
+  game.loopToken++;
+  try {
+    await resetEpisode();
+    setStatus("New episode.");
+    setPlaying(wasPlaying || game.playing);
+  } catch (err) {
+    fail(err);
+  }
+});
+ui.stop.addEventListener("click", async () => {
+  await closeSession();
+  setStatus("Session closed.");
+});
+ui.actions.addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-action]");
+  if (button === null) return;
+  const a = Number(button.dataset.action);
+  if (game.playing) game.queued = a;
+  else stepOnce(a);
+  ui.screen.focus();
+});
+ui.scale.addEventListener("change", () => {
+  if (image !== null) {
+    const cell = ui.bytes.hidden ? Number(ui.scale.value) : 8 * Number(ui.scale.value);
+    ui.screen.style.width = `${image.width * cell}px`;
+    ui.screen.style.height = `${image.height * cell}px`;
+  }
+});
+window.addEventListener("pagehide", () => game.session?.ws.close(1000));
+
+// ----------------------------------------------------------------- start-up
+
+function fillSelect(select, values, chosen) {
+  select.replaceChildren(...values.map((v) => new Option(v, v, false, v === chosen)));
+}
+
+async function init() {
+  let info = { games: [], obs_types: [], defaults: {} };
+  try {
+    const response = await fetch("info", { cache: "no-store" });
+    if (response.ok) info = await response.json();
+  } catch {
+    // no info route: a generic page, the config comes from the extra field
+  }
+  game.wsPath = info.ws_path ?? "/ws";
+  const params = new URLSearchParams(location.search);
+  fillSelect(ui.game, info.games, params.get("game") ?? info.defaults.game);
+  fillSelect(ui.obsType, info.obs_types, params.get("obs_type") ?? info.defaults.obs_type);
+  ui.gameField.hidden = info.games.length === 0;
+  ui.obsField.hidden = info.obs_types.length === 0;
+  if (info.games.length === 0) ui.extra.closest("details").open = true;
+  setControls(false);
+  draw(new NDArray("uint8", [210, 160, 3], new Uint8Array(210 * 160 * 3)));
+  document.body.dataset.ready = "true";
+}
+
+init();
