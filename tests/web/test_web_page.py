@@ -298,3 +298,35 @@ def test_generic_environment_without_game_list(browser_context: Any) -> None:
             assert run.text("stat-frame") == "1"  # no frame number in info: the step count
         finally:
             run.close()
+
+
+def test_key_combinations_map_to_the_nearest_action(page_run: PageRun) -> None:
+    run = page_run
+    run.open()
+    run.page.click("#extra summary")
+    run.page.fill("#extra-config", '{"full_action_space": true}')
+    _start(run, game="ms_pacman", obs_type="rgb", seed=0, paused=True)
+    assert run.page.locator("#actions button").count() == 18
+    keyboard = run.page.keyboard
+    # While paused, every key that goes down sends one step with all held keys.
+    for steps, (key, name) in enumerate(
+        [("ArrowUp", "UP"), ("ArrowRight", "UPRIGHT"), ("Space", "UPRIGHTFIRE")], start=1
+    ):
+        keyboard.down(key)
+        run.wait_text("stat-steps", str(steps))
+        assert run.text("stat-action") == name
+    for key in ("ArrowUp", "ArrowRight", "Space"):
+        keyboard.up(key)
+
+    # Ms. Pac-Man's minimal set has no FIRE: space alone is NOOP, space+up is UP.
+    run.page.fill("#extra-config", "{}")
+    _start(run, game="ms_pacman", obs_type="rgb", seed=0, paused=True)
+    assert run.page.locator("#actions button").count() == 9
+    _step_with_key(run, "Space", 1)
+    assert run.text("stat-action") == "NOOP"
+    keyboard.down("Space")
+    keyboard.down("ArrowUp")
+    run.wait_text("stat-steps", "3")
+    assert run.text("stat-action") == "UP"
+    keyboard.up("ArrowUp")
+    keyboard.up("Space")

@@ -468,6 +468,8 @@ async function closeSession() {
   game.session = null;
   game.inflight = null;
   setControls(false);
+  ui.stat.episode.textContent = "–";
+  ui.stat.session.textContent = "–";
   if (session !== null) await session.close();
 }
 
