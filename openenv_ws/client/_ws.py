@@ -18,7 +18,7 @@ import ssl
 import struct
 import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
@@ -29,12 +29,20 @@ try:
 except ImportError:  # pragma: no cover - websockets is built without its C extension
     _c_apply_mask = None
 
-__all__ = ["BlockingWebSocket", "normalize_url"]
+__all__ = ["NOT_READY", "BlockingWebSocket", "normalize_url"]
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
 _INITIAL_BUFFER = 1 << 18
 T = TypeVar("T")
+
+
+class _NotReady(Exception):
+    """Raised inside a non-blocking read when the socket has no more bytes yet."""
+
+
+#: What :meth:`BlockingWebSocket.recv_nowait` returns when no whole message is available.
+NOT_READY: Any = type("_NotReadyType", (), {"__repr__": lambda self: "NOT_READY"})()
 
 
 def _apply_mask(data: bytes, mask: bytes) -> bytes:
@@ -119,6 +127,7 @@ class BlockingWebSocket:
         self._start = 0
         self._end = 0
         self._fragments: bytearray | None = None
+        self._nowait = False
         try:
             self._handshake(
                 parts.netloc,
@@ -203,8 +212,19 @@ class BlockingWebSocket:
         if self.closed:
             raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
         mask = os.urandom(4)
+        frame = _frame_header(opcode, len(data), mask) + _apply_mask(data, mask)
         try:
-            self._sock.sendall(_frame_header(opcode, len(data), mask) + _apply_mask(data, mask))
+            if self._timeout == 0.0:
+                # Non-blocking since recv_nowait: write what fits, wait for the rest.
+                try:
+                    sent = self._sock.send(frame)
+                except (BlockingIOError, ssl.SSLWantWriteError):
+                    sent = 0
+                if sent == len(frame):
+                    return
+                frame = frame[sent:]
+                self._set_timeout(None)
+            self._sock.sendall(frame)
         except OSError as exc:
             self._lost(f"sending failed: {exc}")
 
@@ -214,9 +234,12 @@ class BlockingWebSocket:
             if self._start + n > len(self._buf):
                 self._compact(n)
             try:
-                got = self._spin() if self.busy_poll else -1
-                if got < 0:
-                    got = self._sock.recv_into(self._view[self._end :])
+                if self._nowait:
+                    got = self._read_nowait()
+                else:
+                    got = self._spin() if self.busy_poll else -1
+                    if got < 0:
+                        got = self._sock.recv_into(self._view[self._end :])
             except TimeoutError:
                 raise RequestTimeout(
                     f"no reply within {self._timeout} s; the request may still complete, "
@@ -238,6 +261,12 @@ class BlockingWebSocket:
             except BlockingIOError:
                 if time.perf_counter() > deadline:
                     return -1
+
+    def _read_nowait(self) -> int:
+        try:
+            return self._sock.recv_into(self._view[self._end :])
+        except (BlockingIOError, ssl.SSLWantReadError):
+            raise _NotReady from None
 
     def _compact(self, need: int) -> None:
         pending = self._end - self._start
@@ -301,6 +330,31 @@ class BlockingWebSocket:
             finally:
                 payload.release()
                 self._start = begin + length
+
+    def fileno(self) -> int:
+        """The socket's file descriptor, to wait on several connections with ``selectors``."""
+        return self._sock.fileno()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes read from the socket and not yet consumed as messages."""
+        return self._end - self._start
+
+    def recv_nowait(self, handler: Callable[[memoryview], T]) -> T | Any:
+        """Like :meth:`recv`, but never wait: :data:`NOT_READY` if no whole message is here.
+
+        Whatever the socket holds is read without blocking; an incomplete
+        message stays buffered and the next call continues it.
+        """
+        # The socket stays non-blocking until a blocking call sets a timeout
+        # again: a socket with a timeout waits in poll() even when asked not to.
+        self._nowait = True
+        try:
+            return self.recv(handler, timeout=0.0)
+        except _NotReady:
+            return NOT_READY
+        finally:
+            self._nowait = False
 
     def _assemble(self, opcode: int, fin: int, payload: memoryview) -> bytearray | None:
         if opcode != _OP_CONT:
