@@ -47,14 +47,34 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _json_config(text: str, flag: str) -> dict[str, Any]:
+    """A JSON object given on the command line, or a SystemExit saying what is wrong."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"{flag} must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"{flag} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .server import ServerLimits, bind_socket, create_app, uvicorn_config
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    limits = ServerLimits(max_sessions=args.max_sessions, max_frame_size=args.max_frame_size)
-    app = create_app(_load_factory(args.env), limits=limits, web=args.web)
+    limits = ServerLimits(
+        max_sessions=args.max_sessions,
+        max_frame_size=args.max_frame_size,
+        http_session_ttl=args.http_session_ttl or None,
+    )
+    openenv_config = _json_config(args.openenv_config, "--openenv-config")
+    app = create_app(
+        _load_factory(args.env), limits=limits, web=args.web, openenv_config=openenv_config
+    )
     sock = bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -144,6 +164,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions", type=int, default=1024)
     serve.add_argument(
         "--max-frame-size", type=int, default=1 << 20, help="largest request frame in bytes"
+    )
+    serve.add_argument(
+        "--openenv-config",
+        default="{}",
+        help="JSON environment config of the sessions OpenEnv's clients open (their requests "
+        'carry none), e.g. {"game": "breakout"}',
+    )
+    serve.add_argument(
+        "--http-session-ttl",
+        type=float,
+        default=300.0,
+        help="close HTTP sessions (fallback and OpenEnv routes) idle this many seconds (0: never)",
     )
     serve.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]

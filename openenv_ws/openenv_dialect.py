@@ -19,6 +19,8 @@ and the ``info`` entries (for Atari ``lives``, ``episode_frame_number``,
 from __future__ import annotations
 
 import base64
+import json
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +33,7 @@ __all__ = [
     "ACTION_KEYS",
     "OPENENV_ERROR_CODES",
     "action_from_openenv",
+    "dumps",
     "legal_actions",
     "metadata_payload",
     "openenv_error_code",
@@ -153,11 +156,15 @@ def legal_actions(spec: Mapping[str, Any]) -> list[int]:
     return []
 
 
-def result_payload(frame: Result, legal: list[int]) -> dict[str, Any]:
-    """OpenEnv's ``{"observation", "reward", "done"}`` for a ``result`` frame."""
+def result_payload(frame: Result, legal: list[int], *, lists: bool = True) -> dict[str, Any]:
+    """OpenEnv's ``{"observation", "reward", "done"}`` for a ``result`` frame.
+
+    With ``lists=False`` the screen stays a flat array, for :func:`dumps`.
+    """
     obs = frame.obs
+    screen: Any = [] if obs is None else obs.ravel()
     observation: dict[str, Any] = {
-        "screen": obs.ravel().tolist() if obs is not None else [],
+        "screen": screen.tolist() if lists and obs is not None else screen,
         "screen_shape": list(obs.shape) if obs is not None else [],
         "legal_actions": legal,
     }
@@ -166,6 +173,40 @@ def result_payload(frame: Result, legal: list[int]) -> dict[str, Any]:
     observation["terminated"] = frame.terminated
     observation["truncated"] = frame.truncated
     return {"observation": observation, "reward": frame.reward, "done": frame.done}
+
+
+# Each uint8 value as 4 bytes of JSON: right-aligned digits and a comma (spaces are
+# JSON whitespace), so a whole screen is written by one table lookup.
+_U8_JSON = np.frombuffer(b"".join(f"{i:>3},".encode() for i in range(256)), np.uint8).reshape(
+    256, 4
+)
+
+
+def _array_json(arr: np.ndarray[Any, Any]) -> str:
+    if arr.dtype == np.uint8 and arr.size:
+        digits: bytes = _U8_JSON[arr.ravel()].tobytes()
+        return "[" + digits[:-1].decode("ascii") + "]"
+    return json.dumps(arr.tolist())
+
+
+def dumps(payload: Any) -> str:
+    """Compact JSON text of an OpenEnv message; arrays are written as flat lists of numbers."""
+    arrays: list[np.ndarray[Any, Any]] = []
+
+    def mark(value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            arrays.append(value)
+            return f"{_MARK}{len(arrays) - 1}"
+        return plain_json(value)
+
+    text = json.dumps(payload, separators=(",", ":"), default=mark)
+    for i, arr in enumerate(arrays):
+        text = text.replace(json.dumps(f"{_MARK}{i}"), _array_json(arr), 1)
+    return text
+
+
+# Stands for an array in the text until it is spliced in; random, so no value can forge it.
+_MARK = f"\u0000ndarray:{secrets.token_hex(8)}:"
 
 
 def state_payload(state: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from starlette.routing import BaseRoute, Route
 from ..errors import OpenEnvError, ProtocolError
 from ..openenv_dialect import (
     action_from_openenv,
+    dumps,
     legal_actions,
     metadata_payload,
     openenv_error_code,
@@ -98,10 +99,6 @@ def parse_openenv_message(text: str) -> dict[str, Any] | None:
     return message
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
 def request_frame(kind: str, data: Any, rid: int) -> ClientFrame:
     """The protocol v1 request for an OpenEnv request (``reset``/``step``/``state``/``close``).
 
@@ -127,7 +124,7 @@ def request_frame(kind: str, data: Any, rid: int) -> ClientFrame:
 def reply_data(frame: ServerFrame, legal: list[int]) -> dict[str, Any]:
     """The ``data`` of OpenEnv's reply for a protocol v1 reply frame."""
     if type(frame) is Result:
-        return result_payload(frame, legal)
+        return result_payload(frame, legal, lists=False)
     if type(frame) is StateReply:
         return state_payload(frame.state)
     if isinstance(frame, Error):
@@ -261,7 +258,7 @@ class OpenEnvWebSocket:
         try:
             return encode(request_frame(kind, message.get("data", {}), self._id()))
         except ProtocolError as exc:
-            return _dumps({"type": "error", "data": error_data(exc.code, str(exc))})
+            return dumps({"type": "error", "data": error_data(exc.code, str(exc))})
 
     async def _translate_send(self, message: Message) -> None:
         data = message.get("bytes")
@@ -283,7 +280,7 @@ class OpenEnvWebSocket:
                     "binary message on a connection that speaks OpenEnv's JSON dialect; "
                     "send JSON text messages (protocol v1 needs a new connection)"
                 )
-            reply = _dumps({"type": "error", "data": error_data(frame.code, message_text)})
+            reply = dumps({"type": "error", "data": error_data(frame.code, message_text)})
             await self._send_text(reply)
             if frame.id == self._open_id and not frame.fatal:
                 self._open_failed = True
@@ -296,14 +293,14 @@ class OpenEnvWebSocket:
                 )
             return
         reply_type = "state" if type(frame) is StateReply else "observation"
-        await self._send_text(_dumps({"type": reply_type, "data": reply_data(frame, self._legal)}))
+        await self._send_text(dumps({"type": reply_type, "data": reply_data(frame, self._legal)}))
 
     def _send_text(self, text: str) -> Awaitable[None]:
         return self._send({"type": "websocket.send", "text": text})
 
 
 def _ws_error(code: str, message: str) -> str:
-    return _dumps({"type": "error", "data": {"message": message, "code": code}})
+    return dumps({"type": "error", "data": {"message": message, "code": code}})
 
 
 class OpenEnvSession:
@@ -499,10 +496,10 @@ def _refusing(
 
 
 def _json_response(payload: Any, status: int = 200) -> Response:
-    return Response(_dumps(payload), status, media_type=JSON)
+    return Response(dumps(payload), status, media_type=JSON)
 
 
 def _http_error(code: str, message: str) -> Response:
     body = {"detail": message, **error_data(code, message)}
     headers = {"Retry-After": "1"} if code == "capacity" else None
-    return Response(_dumps(body), http_status(code), headers=headers, media_type=JSON)
+    return Response(dumps(body), http_status(code), headers=headers, media_type=JSON)

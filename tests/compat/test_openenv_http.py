@@ -150,3 +150,23 @@ def test_abandoned_openenv_sessions_expire() -> None:
         assert r.status_code == 404 and r.json()["protocol_code"] == "idle_timeout"
         assert s.post(f"{base}/reset").status_code == 200
         assert s.cookies[COOKIE] != old  # a new session, a new cookie
+
+
+def test_serve_takes_the_openenv_config_and_the_http_ttl_from_the_command_line() -> None:
+    from openenv_ws.providers import LocalServerProvider
+
+    args = ["--env", "fake", "--openenv-config", '{"episode_length": 2, "obs_shape": [3]}']
+    with LocalServerProvider(args=[*args, "--http-session-ttl", "60"]) as server:
+        base = server.http_url
+        with requests.Session() as s:
+            first = s.post(f"{base}/reset", json={"seed": 1}).json()
+            assert first["observation"]["screen_shape"] == [3]
+            s.post(f"{base}/step", json={"action": {"action_id": 1}})
+            assert s.post(f"{base}/step", json={"action": {"action_id": 1}}).json()["done"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "openenv_ws", "serve", "--openenv-config", "[1]"],
+        capture_output=True,
+        text=True,
+        timeout=60 * UNIT,
+    )
+    assert bad.returncode != 0 and "--openenv-config must be a JSON object" in bad.stderr
