@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import selectors
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -329,6 +329,7 @@ class VectorEnvClient:
             RemoteEnvError: a request failed (the message names the env);
                 other envs' results stay queued for the next call.
         """
+        self._check_errors()
         in_flight = sum(kind != _IDLE for kind in self._pending)
         if min_envs > in_flight:
             raise InvalidState(
@@ -337,7 +338,8 @@ class VectorEnvClient:
             )
         wait = self.timeout if timeout is DEFAULT else timeout
         deadline = None if wait is None else time.monotonic() + wait
-        self._poll(min_envs, deadline)
+        inbox = self._inbox
+        self._poll(lambda: len(inbox) >= min_envs, deadline, raise_errors=True)
         limit = len(self._inbox) if max_envs is None else max_envs
         arrivals, self._inbox = self._inbox[:limit], self._inbox[limit:]
         return self._batch(self._deliver(arrivals), by_id=False)
@@ -352,14 +354,32 @@ class VectorEnvClient:
         self._awaiting[i] = True
 
     def _gather(self, ids: list[int], timeout: float | None) -> list[_Arrival]:
-        """Wait until every env in ``ids`` has answered; return their arrivals."""
+        """Wait until every env in ``ids`` has answered; return their results.
+
+        If some requests failed, the others' results are dropped with them and
+        the first failure is raised (the others are added to it as notes).
+        """
         wait = self.timeout if timeout is DEFAULT else timeout
         deadline = None if wait is None else time.monotonic() + wait
         wanted = set(ids)
-        self._poll(len(wanted), deadline, wanted)
+
+        def settled() -> bool:
+            answered = sum(1 for a in self._inbox if a[0] in wanted)
+            failed = sum(1 for e in self._errors if e[0] in wanted)
+            return answered + failed >= len(wanted)
+
+        self._poll(settled, deadline, raise_errors=False)
         mine = [a for a in self._inbox if a[0] in wanted]
         self._inbox = [a for a in self._inbox if a[0] not in wanted]
-        return self._deliver(mine)
+        self._deliver(mine)
+        failed = sorted((e for e in self._errors if e[0] in wanted), key=lambda e: e[0])
+        if failed:
+            self._errors = [e for e in self._errors if e[0] not in wanted]
+            first = failed[0][1]
+            for _, other in failed[1:]:
+                first.add_note(f"also: {other}")
+            raise first
+        return mine
 
     def _deliver(self, arrivals: list[_Arrival]) -> list[_Arrival]:
         pending = self._pending
@@ -367,36 +387,32 @@ class VectorEnvClient:
             pending[a[0]] = _IDLE
         return arrivals
 
-    def _poll(self, count: int, deadline: float | None, wanted: set[int] | None = None) -> None:
-        """Read replies into the inbox until it holds ``count`` results (of ``wanted`` envs)."""
-        self._check_errors()
-        ws_list = self._ws
+    def _poll(
+        self, done: Callable[[], bool], deadline: float | None, *, raise_errors: bool
+    ) -> None:
+        """Read replies into the inbox until ``done()``; raise failures as they come if asked."""
+        check = self._check_errors if raise_errors else _nothing
+        check()
         awaiting = self._awaiting
-
-        def have() -> int:
-            if wanted is None:
-                return len(self._inbox)
-            return sum(1 for a in self._inbox if a[0] in wanted)
-
         # Bytes already buffered need no system call; drain them first.
-        for i, ws in enumerate(ws_list):
+        for i, ws in enumerate(self._ws):
             if awaiting[i] and ws.buffered:
                 self._read(i)
         select = self._selector.select
-        while have() < count:
-            self._check_errors()
+        while not done():
+            check()
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise RequestTimeout(
-                    f"only {have()} of {count} env results arrived in time; the rest may "
-                    "still arrive and will be returned by a later recv()"
+                    "the env results did not arrive in time; they may still arrive and "
+                    "will be returned by a later recv()"
                 )
             ready = self._spin() if self.busy_poll else None
             if not ready:
                 ready = select(left)
             for key, _ in ready:
                 self._read(key.data)
-        self._check_errors()
+        check()
 
     def _spin(self) -> list[tuple[selectors.SelectorKey, int]]:
         # Polling without sleeping spares the server the cost of waking this
@@ -575,6 +591,10 @@ class VectorEnvClient:
     def __repr__(self) -> str:
         hosts = sorted(set(self.urls))
         return f"VectorEnvClient(num_envs={self.num_envs}, urls={hosts}, autoreset={self.autoreset_mode!r})"
+
+
+def _nothing() -> None:
+    pass
 
 
 def _left(deadline: float | None) -> float | None:

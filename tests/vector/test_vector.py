@@ -204,9 +204,9 @@ def test_disabled_autoreset_leaves_ended_envs_to_the_caller(fake_server: ServerT
         assert terms.tolist() == [True, True]
         with pytest.raises(RemoteEnvError) as info:
             envs.step([0, 0])
-        assert info.value.code == "episode_over"
-        with pytest.raises(RemoteEnvError):
-            envs.recv()  # the second env's refusal
+        assert info.value.code == "episode_over" and "env 0" in str(info.value)
+        assert "env 1" in " ".join(info.value.__notes__)  # both refusals are reported
+        assert envs.pending == []
         _, infos = envs.reset(env_ids=[0, 1])
         assert infos["step"].tolist() == [0, 0]
         _, _, terms, *_ = envs.step([1, 1])
