@@ -1,8 +1,21 @@
-"""The embedded default: an ``openenv-ws serve`` subprocess on a free local port."""
+"""The embedded default: an ``openenv-ws serve`` subprocess on a free local port.
+
+The server never outlives the process that started it:
+
+- :meth:`LocalServerProvider.stop` (also on ``with`` exit, on an error while
+  starting, on garbage collection and at interpreter exit) sends SIGTERM, so
+  the server drains, and SIGKILL after ``stop_timeout``;
+- if the parent dies without stopping it (even by SIGKILL), the server's
+  stdin pipe reaches end-of-file and the server ends itself the same way
+  (see :mod:`openenv_ws.providers._child`);
+- on Linux, when started from the main thread, the kernel also sends it
+  SIGTERM the moment the parent dies (``PR_SET_PDEATHSIG``).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import json
 import os
@@ -11,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -23,12 +37,17 @@ __all__ = ["LocalServerProvider"]
 _READY = re.compile(r"serving protocol v\d+ on ws://(?P<host>[^:/\s]+|\[[^\]]+\]):(?P<port>\d+)/ws")
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    # Linux: the server gets SIGTERM if the process that started it dies, even by SIGKILL.
+def _die_with_parent(parent_pid: int | None = None) -> None:  # pragma: no cover - in the child
+    """``preexec_fn``: the child gets SIGTERM when the thread that forked it dies (Linux).
+
+    With `parent_pid`, a parent that died before the signal was armed is noticed too.
+    """
     with contextlib.suppress(Exception):
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
 
 
 class LocalServerProvider:
@@ -36,7 +55,9 @@ class LocalServerProvider:
 
     The child binds port 0 (the OS picks a free port) and prints the port; no
     port is guessed, so parallel providers never collide. The child is stopped
-    when the provider is closed, garbage collected, or the parent dies.
+    when the provider is closed, garbage collected, or the parent dies (see the
+    module docstring); a child that ignores SIGTERM is killed after
+    ``stop_timeout`` seconds.
 
     Args:
         host: address to bind (default 127.0.0.1).
@@ -62,6 +83,8 @@ class LocalServerProvider:
         self.env = env
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        #: The exit code of the last server this provider stopped (negative: killed by that signal).
+        self.returncode: int | None = None
         self._log: IO[bytes] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
@@ -74,6 +97,7 @@ class LocalServerProvider:
 
     @property
     def http_url(self) -> str:
+        """The server's http:// base URL (``/health`` lives there)."""
         return self.url.replace("ws://", "http://", 1)[: -len("/ws")]
 
     def start(self) -> LocalServerProvider:
@@ -89,8 +113,8 @@ class LocalServerProvider:
         cmd = [
             sys.executable,
             "-m",
-            "openenv_ws",
-            "serve",
+            "openenv_ws.providers._child",
+            str(self.stop_timeout),
             "--host",
             self.host,
             "--port",
@@ -98,15 +122,28 @@ class LocalServerProvider:
             *self.args,
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
-        self.process = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        # PR_SET_PDEATHSIG fires when the forking *thread* ends: armed from any
+        # other thread it would kill the server while its owner still runs.
+        arm = (
+            sys.platform.startswith("linux")
+            and threading.current_thread() is threading.main_thread()
         )
-        self._finalizer = weakref.finalize(self, _terminate, self.process, self.stop_timeout)
+        try:
+            self.process = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,  # its end-of-file tells the child that this process is gone
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()) if arm else None,
+            )
+        except BaseException:
+            self._log.close()
+            self._log = None
+            raise
+        self._finalizer = weakref.finalize(
+            self, _terminate, self.process, self.stop_timeout, self._log
+        )
         try:
             self._wait_ready()
         except BaseException:
@@ -157,12 +194,20 @@ class LocalServerProvider:
         finally:
             conn.close()
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self.process.pid if self.process is not None else None
+
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
+        if self.process is not None:
+            self.returncode = self.process.returncode
         self.process = None
+        self.port = None
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -174,12 +219,19 @@ class LocalServerProvider:
         self.stop()
 
 
-def _terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
+def _terminate(process: subprocess.Popen[bytes], timeout: float, log: IO[bytes]) -> None:
     try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    finally:
+        # Even when interrupted (KeyboardInterrupt in wait), the server must not outlive us.
+        if process.poll() is None:
+            process.kill()
         process.wait()
+        if process.stdin is not None:
+            process.stdin.close()
+        log.close()

@@ -1,0 +1,40 @@
+"""Process helpers for the provider tests (Linux /proc)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..conftest import UNIT
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_dead(pid: int, timeout: float = 30 * UNIT) -> bool:
+    """Wait until `pid` is gone; False if it still runs after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def children(pid: int | None = None) -> set[int]:
+    """The live child processes of `pid` (default: this process)."""
+    pid = os.getpid() if pid is None else pid
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found.update(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return {c for c in found if alive(c)}

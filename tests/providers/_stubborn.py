@@ -1,0 +1,15 @@
+"""A fake environment whose server ignores SIGTERM once a session opens (for stop tests)."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from openenv_ws.testing import FakeEnvironment
+
+
+def factory(config: dict[str, Any]) -> FakeEnvironment:
+    # Sessions open on the server's event loop, which `serve` runs on the main
+    # thread, so this replaces uvicorn's own SIGTERM handler.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return FakeEnvironment(config)
