@@ -1,4 +1,4 @@
-"""The ``openenv-ws`` command: ``serve``, ``demo``, ``games``."""
+"""The ``openenv-ws`` command: ``serve``, ``demo``, ``games``, ``bench``."""
 
 from __future__ import annotations
 
@@ -197,11 +197,25 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = sub.add_parser("games", help="list the bundled Atari games")
     listing.set_defaults(func=cmd_games)
+
+    # The suite parses its own options (openenv-ws bench --help).
+    bench = sub.add_parser("bench", help="run the benchmark suite", add_help=False)
+    bench.set_defaults(func=cmd_bench, passthrough=True)
     return parser
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args.extra)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     code: int = args.func(args)
     return code
 

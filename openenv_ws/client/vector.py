@@ -41,6 +41,8 @@ __all__ = ["AUTORESET_MODES", "VectorEnvClient"]
 
 #: Supported autoreset modes (the values of ``gymnasium.vector.AutoresetMode``).
 AUTORESET_MODES = ("next_step", "same_step", "disabled")
+# Also Gymnasium's spellings ("NextStep", ...), compared in lower case.
+_MODES = {**{m: m for m in AUTORESET_MODES}, "nextstep": "next_step", "samestep": "same_step"}
 
 # What an env's request in flight is (its reply is shaped accordingly).
 _IDLE, _STEP, _RESET, _AUTORESET, _FINAL_RESET = 0, 1, 2, 3, 4
@@ -95,7 +97,7 @@ class VectorEnvClient:
         *,
         config: Mapping[str, Any] | None = None,
         configs: Sequence[Mapping[str, Any]] | None = None,
-        autoreset_mode: str = "next_step",
+        autoreset_mode: Any = "next_step",
         copy: bool = True,
         token: str | None = None,
         open_timeout: float | None = 60.0,
@@ -117,13 +119,15 @@ class VectorEnvClient:
         n = len(url_list) if num_envs is None else num_envs
         if n < 1:
             raise ValueError(f"num_envs must be at least 1, got {n}")
-        if autoreset_mode not in AUTORESET_MODES:
+        mode = _MODES.get(str(getattr(autoreset_mode, "value", autoreset_mode)).lower())
+        if mode is None:
             raise ValueError(
-                f"autoreset_mode must be one of {', '.join(AUTORESET_MODES)}, got {autoreset_mode!r}"
+                f"autoreset_mode must be one of {', '.join(AUTORESET_MODES)} (or a "
+                f"gymnasium.vector.AutoresetMode), got {autoreset_mode!r}"
             )
         self.num_envs = n
         self.urls = [url_list[i % len(url_list)] for i in range(n)]
-        self.autoreset_mode = autoreset_mode
+        self.autoreset_mode = mode
         self.copy = copy
         self.timeout = timeout
         self.busy_poll = busy_poll
@@ -589,8 +593,9 @@ class VectorEnvClient:
             self._abort()
 
     def __repr__(self) -> str:
-        hosts = sorted(set(self.urls))
-        return f"VectorEnvClient(num_envs={self.num_envs}, urls={hosts}, autoreset={self.autoreset_mode!r})"
+        hosts = sorted(set(getattr(self, "urls", ())))
+        mode = getattr(self, "autoreset_mode", None)
+        return f"VectorEnvClient(num_envs={getattr(self, 'num_envs', 0)}, urls={hosts}, autoreset={mode!r})"
 
 
 def _nothing() -> None:

@@ -1,0 +1,193 @@
+"""Session costs: time to open a session (cold, warm) and server memory per session."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from openenv_ws.client import EnvClient
+
+from ..measure import Workload, rss_bytes
+from ..servers import our_server
+from ..suite import Column, Context, Section, scenario
+
+__all__: list[str] = []
+
+OPEN_COLUMNS = [
+    Column("game", "game"),
+    Column("obs", "obs"),
+    Column("path", "path"),
+    Column("count", "sessions"),
+    Column("p50_ms", "p50 ms", ".1f"),
+    Column("p90_ms", "p90 ms", ".1f"),
+    Column("max_ms", "max ms", ".1f"),
+    Column("vs_inprocess", "vs in-process", ".2f"),
+    Column("note", "note"),
+]
+
+MEMORY_COLUMNS = [
+    Column("game", "game"),
+    Column("obs", "obs"),
+    Column("path", "path"),
+    Column("sessions", "sessions"),
+    Column("before_mb", "RSS before MB", ".1f"),
+    Column("after_mb", "RSS with sessions MB", ".1f"),
+    Column("per_session_mb", "MB per session", ".2f"),
+    Column("vs_inprocess", "vs in-process", ".2f"),
+]
+
+
+def _ms(samples: list[float]) -> dict[str, float]:
+    ms = np.array(samples) * 1e3
+    p50, p90 = np.percentile(ms, [50, 90])
+    return {"p50_ms": float(p50), "p90_ms": float(p90), "max_ms": float(ms.max())}
+
+
+def _warm_pool_flag() -> str | None:
+    """The ``serve`` option that sizes the warm emulator pool, if this build has one."""
+    help_text = subprocess.run(
+        [sys.executable, "-m", "openenv_ws", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    for flag in ("--pool-size", "--warm-pool", "--pool"):
+        if flag in help_text:
+            return flag
+    return None
+
+
+@scenario("open", "Session open time")
+def run_open(ctx: Context) -> Section:
+    """Connect + open + first observation, cold (ROM load per session) and warm (pool)."""
+    opts = ctx.options
+    section = Section("open", "Session open time", OPEN_COLUMNS)
+    placement = ctx.placements()[0]
+    works = list(ctx.workloads())
+    ctx.progress.start(section.title, 3 * len(works))
+    pool_flag = _warm_pool_flag()
+    cold_args = [pool_flag, "0"] if pool_flag else []
+    for work in works:
+        base = {"game": work.game, "obs": work.obs_type, "count": opts.open_count}
+        ctx.progress.phase(f"in-process construct + reset {work.label()}")
+        with placement.client_side():
+            reference = _ms(_inprocess_opens(work, opts.open_count))
+        section.add(**base, path="in-process: load + reset", **reference, vs_inprocess=1.0)
+        for kind, args in (("cold", cold_args), ("warm", [pool_flag, "8"] if pool_flag else None)):
+            ctx.progress.phase(f"{kind} open {work.label()}")
+            if args is None:
+                section.add(
+                    **base,
+                    path=f"openenv-ws {kind}: open + first obs",
+                    note="pending: this build's server has no warm emulator pool",
+                )
+                continue
+            with our_server(placement, args) as server, placement.client_side():
+                stats = _ms(_remote_opens(server.url, work, opts.open_count))
+            stats["vs_inprocess"] = stats["p50_ms"] / reference["p50_ms"]
+            section.add(**base, path=f"openenv-ws {kind}: open + first obs", **stats)
+    section.notes.append(
+        "Time from nothing to the first observation of a seeded episode: in-process = "
+        "construct AtariEnvironment + reset(seed); openenv-ws = WebSocket connect + open + "
+        "reset(seed) on a running server, sessions opened one after another. vs in-process: "
+        "p50 over in-process p50."
+    )
+    return section
+
+
+def _inprocess_opens(work: Workload, count: int) -> list[float]:
+    from atari import AtariEnvironment
+
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        env = AtariEnvironment(work.config)
+        env.reset(seed=work.seed)
+        times.append(time.perf_counter() - t0)
+        env.close()
+    return times
+
+
+def _remote_opens(url: str, work: Workload, count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        client: EnvClient[Any] = EnvClient(url, config=work.config)
+        client.reset(seed=work.seed)
+        times.append(time.perf_counter() - t0)
+        client.close()
+    return times
+
+
+@scenario("memory", "Server memory per session")
+def run_memory(ctx: Context) -> Section:
+    """Server RSS before and after opening N sessions, against N in-process environments."""
+    opts = ctx.options
+    section = Section("memory", "Server memory per session", MEMORY_COLUMNS)
+    n = opts.memory_sessions
+    work = ctx.workload(opts.games[0], opts.obs_types[0], 1)
+    base = {"game": work.game, "obs": work.obs_type, "sessions": n}
+    ctx.progress.start(section.title, 2)
+    ctx.progress.phase(f"in-process: {n} environments")
+    section.add(**base, path="in-process", **_inprocess_memory(work, n), vs_inprocess=1.0)
+    reference = section.rows[-1]["per_session_mb"]
+    ctx.progress.phase(f"openenv-ws server: {n} sessions")
+    with our_server(ctx.placements()[0]) as server:
+        assert server.process is not None
+        row = _server_memory(server.url, server.process.pid, work, n)
+    row["vs_inprocess"] = row["per_session_mb"] / reference
+    section.add(**base, path="openenv-ws server", **row)
+    section.notes.append(
+        "RSS of the server process after one session was opened and closed (imports and "
+        "first-use costs are paid), then with N sessions open and reset; in-process: this "
+        "process's RSS growth for N AtariEnvironment instances."
+    )
+    return section
+
+
+def _inprocess_memory(work: Workload, n: int) -> dict[str, float]:
+    import os
+
+    from atari import AtariEnvironment
+
+    warm = AtariEnvironment(work.config)
+    warm.reset(seed=work.seed)
+    warm.close()
+    before = rss_bytes(os.getpid())
+    envs = [AtariEnvironment(work.config) for _ in range(n)]
+    for env in envs:
+        env.reset(seed=work.seed)
+    after = rss_bytes(os.getpid())
+    for env in envs:
+        env.close()
+    return _memory_row(before, after, n)
+
+
+def _server_memory(url: str, pid: int, work: Workload, n: int) -> dict[str, float]:
+    first: EnvClient[Any]
+    with EnvClient(url, config=work.config) as first:
+        first.reset(seed=work.seed)
+    before = rss_bytes(pid)
+    clients: list[EnvClient[Any]] = []
+    try:
+        for _ in range(n):
+            clients.append(EnvClient(url, config=work.config))
+            clients[-1].reset(seed=work.seed)
+        after = rss_bytes(pid)
+    finally:
+        for client in clients:
+            client.close()
+    return _memory_row(before, after, n)
+
+
+def _memory_row(before: int, after: int, n: int) -> dict[str, float]:
+    mb = 1 << 20
+    return {
+        "before_mb": before / mb,
+        "after_mb": after / mb,
+        "per_session_mb": (after - before) / n / mb,
+    }

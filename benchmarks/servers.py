@@ -1,0 +1,143 @@
+"""Servers for the scenarios: ours (``openenv-ws serve``) and peers, each in its own process.
+
+Both bind a free loopback port, are pinned to the placement's server cores
+once healthy (threads they start later inherit the pinning), and stop when
+the ``with`` block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from openenv_ws.providers import LocalServerProvider
+from openenv_ws.providers.local import _die_with_parent
+
+from .measure import Placement
+
+__all__ = ["PeerServer", "PeerUnavailable", "our_server"]
+
+#: The folder holding the ``benchmarks`` package, for peers started with ``-m``.
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def our_server(placement: Placement, args: Sequence[str] = ()) -> Iterator[LocalServerProvider]:
+    """An ``openenv-ws serve`` subprocess pinned as `placement` says."""
+    with LocalServerProvider(args=list(args)) as server:
+        assert server.process is not None
+        placement.pin_server(server.process.pid)
+        yield server
+
+
+class PeerUnavailable(RuntimeError):
+    """A peer could not be started; the message says why (shown in its table row)."""
+
+
+class PeerServer:
+    """``python -m MODULE`` serving HTTP on a free port; it prints ``serving on http://HOST:PORT``.
+
+    Args:
+        module: the module to run.
+        env: extra environment variables (the peer's configuration).
+        placement: where to pin the server process.
+        startup_timeout: seconds to wait until ``GET /health`` answers 200.
+    """
+
+    READY = re.compile(r"serving on http://(?P<host>[\d.]+):(?P<port>\d+)")
+
+    def __init__(
+        self,
+        module: str,
+        *,
+        env: Mapping[str, str],
+        placement: Placement,
+        startup_timeout: float = 90.0,
+    ) -> None:
+        self.module = module
+        self.env = dict(env)
+        self.placement = placement
+        self.startup_timeout = startup_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self.host = "127.0.0.1"
+        self.port: int | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")
+
+    def __enter__(self) -> PeerServer:
+        self._log = tempfile.TemporaryFile()
+        path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", self.module],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **self.env},
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        self.placement.pin_server(self.process.pid)
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self.output().strip().splitlines()[-1:] or ["no output"]
+                raise PeerUnavailable(
+                    f"{self.module} exited with code {self.process.returncode}: {tail[0]}"
+                )
+            if self.port is None and (match := self.READY.search(self.output())):
+                self.port = int(match["port"])
+            if self.port is not None and self._healthy():
+                return
+            time.sleep(0.05)
+        raise PeerUnavailable(
+            f"{self.module} did not answer /health within {self.startup_timeout} s"
+        )
+
+    def _healthy(self) -> bool:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=2.0)
+        try:
+            conn.request("GET", "/health")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
+
+    def __exit__(self, *exc: object) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -1,0 +1,155 @@
+"""A short run of every benchmark scenario through ``openenv-ws bench``, so the suite never rots.
+
+No timing assertions: the run must finish, write its files, and every table
+must hold the expected rows with sane positive numbers. A scenario whose part
+of the runtime is missing from this build must say so (pending), and one whose
+part is present must have run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.suite import SCENARIOS
+
+pytestmark = pytest.mark.slow
+
+OBS_TYPES = ("rgb", "grayscale", "ram")
+STEPS = 200
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench")
+    cmd = [
+        sys.executable, "-m", "openenv_ws", "bench",
+        "--out", str(out),
+        "--steps", str(STEPS),
+        "--sessions", "1,2,4",
+        "--open-count", "3",
+        "--memory-sessions", "8",
+        "--peer-steps", "100",
+        "--peer-http-steps", "3",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"bench failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    report = json.loads((out / "report.json").read_text())
+    return {
+        "out": out,
+        "stdout": done.stdout,
+        "report": report,
+        "sections": {s["name"]: s for s in report["sections"]},
+        "markdown": (out / "report.md").read_text(),
+        "samples": json.loads((out / "samples.json").read_text()),
+    }
+
+
+def _rows(run: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    section = run["sections"][name]
+    assert section["status"] == "ok", f"{name}: {section['status']}: {section['reason']}"
+    keys = {c["key"] for c in section["columns"]}
+    for row in section["rows"]:
+        assert set(row) <= keys | {"mean_us"}, f"{name}: row keys {set(row) - keys} have no column"
+    return list(section["rows"])
+
+
+def _positive(row: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        value = row[key]
+        assert isinstance(value, int | float) and value > 0, f"{key}={value!r} in {row}"
+
+
+def test_every_scenario_is_reported_and_none_failed(run: dict[str, Any]) -> None:
+    assert set(run["sections"]) == set(SCENARIOS)
+    for name, section in run["sections"].items():
+        missing = SCENARIOS[name].missing()
+        if missing is None:
+            assert section["status"] == "ok", f"{name}: {section['reason']}"
+        else:
+            assert section["status"] == "pending" and section["reason"] == missing
+            assert missing in run["markdown"]
+
+
+def test_report_files_exist(run: dict[str, Any]) -> None:
+    out: Path = run["out"]
+    for name in ("report.md", "report.json", "samples.json", "latency.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    has_curve = run["sections"]["throughput"]["status"] == "ok"
+    assert (out / "throughput.png").exists() == has_curve
+    assert run["report"]["machine"]["cores"] >= 1
+    assert run["report"]["command"].startswith("openenv-ws bench --out ")
+
+
+def test_latency_rows_per_obs_type_and_client(run: dict[str, Any]) -> None:
+    rows = _rows(run, "latency")
+    paths = {(r["obs"], r["path"]) for r in rows}
+    assert paths == {
+        (obs, path)
+        for obs in OBS_TYPES
+        for path in ("in-process", "openenv-ws sync", "openenv-ws async")
+    }
+    for row in rows:
+        _positive(row, "p50_us", "p90_us", "p99_us", "max_us", "steps_per_s", "vs_inprocess")
+        assert row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"]
+        assert row["placement"] == "split"
+    for obs in OBS_TYPES:
+        assert len(run["samples"]["sections"]["latency"][obs]["openenv-ws sync [split]"]) == STEPS
+
+
+def test_peer_rows_have_numbers_and_ratios(run: dict[str, Any]) -> None:
+    rows = _rows(run, "openenv")
+    by_path = {(r["obs"], r["path"]): r for r in rows}
+    for obs in OBS_TYPES:
+        for path in ("openenv-ws sync", "OpenEnv WS", "OpenEnv HTTP /step"):
+            row = by_path[(obs, path)]
+            _positive(row, "steps", "p50_us", "steps_per_s", "ours_x", "vs_inprocess")
+        assert by_path[(obs, "OpenEnv HTTP /step")]["steps"] == 3
+    _positive(by_path[("rgb", "OpenEnv WS, no PNG")], "steps_per_s", "ours_x")
+    assert "openenv-core 0.3" in run["markdown"]
+
+
+def test_open_time_cold_and_warm(run: dict[str, Any]) -> None:
+    rows = _rows(run, "open")
+    for obs in OBS_TYPES:
+        mine = {r["path"]: r for r in rows if r["obs"] == obs}
+        _positive(mine["in-process: load + reset"], "p50_ms", "max_ms")
+        _positive(mine["openenv-ws cold: open + first obs"], "p50_ms", "p90_ms", "vs_inprocess")
+        warm = mine["openenv-ws warm: open + first obs"]
+        assert warm.get("p50_ms") or warm["note"].startswith("pending"), warm
+
+
+def test_memory_per_session(run: dict[str, Any]) -> None:
+    rows = {r["path"]: r for r in _rows(run, "memory")}
+    assert set(rows) == {"in-process", "openenv-ws server"}
+    for row in rows.values():
+        assert row["sessions"] == 8
+        _positive(row, "before_mb", "after_mb", "per_session_mb")
+        assert row["after_mb"] > row["before_mb"]
+
+
+def test_throughput_curve_when_the_vector_client_exists(run: dict[str, Any]) -> None:
+    if SCENARIOS["throughput"].missing() is not None:
+        assert run["sections"]["throughput"]["status"] == "pending"
+        return
+    rows = _rows(run, "throughput")
+    assert sorted(r["sessions"] for r in rows if r["obs"] == "rgb") == [1, 2, 4]
+    for row in rows:
+        _positive(row, "steps", "steps_per_s", "vs_inprocess")
+    curves = run["sections"]["throughput"]["curves"]
+    assert any(label.startswith("in-process") for label in curves)
+
+
+def test_markdown_has_a_table_per_scenario_that_ran(run: dict[str, Any]) -> None:
+    for section in run["sections"].values():
+        assert f"### {section['title']}" in run["markdown"]
+        if section["status"] == "ok":
+            header = "| " + " | ".join(c["header"] for c in section["columns"]) + " |"
+            assert header in run["markdown"]
+    assert "![latency](latency.png)" in run["markdown"]
