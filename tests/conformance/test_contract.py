@@ -2,7 +2,7 @@
 
 Each test is run for every transport of :data:`transports.TRANSPORTS`
 (in-process, WebSocket sync and async, HTTP fallback in MessagePack and JSON,
-and the vector client when present) and for two environments: the
+and the vector client) and for two environments: the
 deterministic fake one and Atari Pong. In-process runs are the reference the
 remote ones must match bit for bit.
 """

@@ -5,7 +5,7 @@ The conformance contract (``test_contract.py``) is written once against
 process (the environment driven under the protocol's session state machine,
 as a server drives it), over a WebSocket with the blocking and the asyncio
 client, over the HTTP fallback in MessagePack and in JSON, and through the
-vector client when the package has one.
+vector client.
 """
 
 from __future__ import annotations
@@ -19,14 +19,10 @@ from typing import Any
 import numpy as np
 
 from openenv_ws.client import AsyncEnvClient, EnvClient, HTTPEnvClient
+from openenv_ws.client.vector import VectorEnvClient
 from openenv_ws.environment import EnvFactory, EnvSpec
 from openenv_ws.errors import InvalidState
 from openenv_ws.protocol import SessionMachine
-
-try:
-    from openenv_ws.client.vector import VectorEnvClient
-except ImportError:  # the vector client is not part of this checkout
-    VectorEnvClient = None
 
 
 @dataclass
@@ -165,7 +161,6 @@ class Vector(Transport):
     supports_state = False
 
     def __init__(self, url: str, config: Mapping[str, Any]) -> None:
-        assert VectorEnvClient is not None
         self._client = VectorEnvClient(url, 1, config=config, autoreset_mode="disabled")
         self.spec = self._client.spec
 
@@ -210,6 +205,5 @@ TRANSPORTS: dict[str, Maker] = {
     "http-json": lambda url, factory, config: Blocking(
         HTTPEnvClient(url, config=config, encoding="json")
     ),
+    "vector": lambda url, factory, config: Vector(url, config),
 }
-if VectorEnvClient is not None:
-    TRANSPORTS["vector"] = lambda url, factory, config: Vector(url, config)
