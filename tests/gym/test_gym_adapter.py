@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import ale_py
 import gymnasium
 import numpy as np
@@ -15,6 +13,8 @@ from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 from openenv_ws.errors import EnvConfigError, RemoteEnvError
 from openenv_ws.gym import ENV_ID, RemoteEnv, RemoteVectorEnv
 from openenv_ws.server import ServerThread
+
+from .rollout import assert_same_rollouts, play
 
 gymnasium.register_envs(ale_py)
 
@@ -51,19 +51,6 @@ def test_spaces_and_render(atari_server: ServerThread) -> None:
     env.close()
 
 
-def _play(env: gymnasium.Env[Any, Any], seed: int, steps: int) -> list[tuple[Any, ...]]:
-    obs, _ = env.reset(seed=seed)
-    out: list[tuple[Any, ...]] = [(np.array(obs),)]
-    rng = np.random.default_rng(seed)
-    for _ in range(steps):
-        obs, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))  # type: ignore[attr-defined]
-        out.append((np.array(obs), reward, terminated, truncated, info["lives"]))
-        if terminated or truncated:
-            obs, _ = env.reset()
-            out.append((np.array(obs),))
-    return out
-
-
 @pytest.mark.parametrize("grayscale", [True, False])
 def test_atari_preprocessing_and_frame_stack_match_ale_py(
     atari_server: ServerThread, grayscale: bool
@@ -88,11 +75,9 @@ def test_atari_preprocessing_and_frame_stack_match_ale_py(
         4,
     )
     assert remote.observation_space == local.observation_space
-    want, got = _play(local, 5, 150), _play(remote, 5, 150)
-    assert len(got) == len(want) > 150  # life losses ended episodes along the way
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        np.testing.assert_array_equal(a[0], b[0], err_msg=f"item {i}")
-        assert a[1:] == b[1:], i
+    want, got = play(local, 5, 150), play(remote, 5, 150)
+    assert len(want) > 150  # life losses ended episodes along the way
+    assert_same_rollouts(got, want)
     local.close()
     remote.close()
 

@@ -1,0 +1,256 @@
+"""Warm environments: built ahead of time per configuration, handed to new sessions.
+
+Building an environment can be slow (an Atari ROM load takes ~0.1 s), and a
+session waits for it before its first observation. A :class:`WarmPool` keeps
+up to ``size`` unused environments per configuration key and rebuilds them
+on a background thread as sessions take them, so ``open`` costs a dictionary
+lookup. Only never-used environments are handed out: a pooled environment is
+exactly what the factory would have built at that moment, so resets behave
+the same whether a session got a pooled or a fresh one.
+
+Which configurations are kept warm: those given as ``warm`` up front, plus
+every configuration a session opens (the first session of a new
+configuration builds its own; the next ones find one ready), at most
+``max_keys`` of them, least recently used dropped first.
+
+With ale-py the ROM load holds the GIL, so a background build still pauses
+the worker's event loop for its duration; what the pool removes is the wait
+of the session being opened, and it builds one environment at a time.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any
+
+from ..environment import EnvFactory, Environment
+
+__all__ = ["KeyFunction", "WarmPool", "json_key", "normalized_key"]
+
+logger = logging.getLogger("openenv_ws.server.pool")
+
+#: Maps an ``open`` config to the key of interchangeable environments (raise for a bad config).
+KeyFunction = Callable[[Mapping[str, Any]], Hashable]
+
+
+def json_key(config: Mapping[str, Any]) -> Hashable:
+    """The default key: the config as canonical JSON (equal maps, equal keys)."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def normalized_key(normalize: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> KeyFunction:
+    """A key function that compares configs after `normalize` (e.g. ``atari.normalize_config``).
+
+    Configs the normalizer refuses are not pooled; the factory refuses them as usual.
+    """
+
+    def key(config: Mapping[str, Any]) -> Hashable:
+        return json_key(normalize(config))
+
+    return key
+
+
+class WarmPool:
+    """Ready-built environments per configuration, refilled in the background.
+
+    Args:
+        factory: builds an environment from a config (the server's env factory).
+        size: environments kept ready per configuration (0 disables the pool).
+        key: maps a config to the key of interchangeable environments; configs
+            with equal keys share warm environments. Defaults to :func:`json_key`;
+            for Atari, ``normalized_key(atari.normalize_config)`` makes
+            ``{}`` and ``{"game": "pong"}`` share. A key function that raises
+            marks the config as not poolable: the factory then builds (and
+            refuses) it as usual.
+        warm: configurations to build ahead of any session.
+        max_keys: most configurations kept warm at once.
+
+    Use :meth:`factory` where an :data:`~openenv_ws.environment.EnvFactory`
+    is expected; call :meth:`start` once serving starts and :meth:`close` at
+    shutdown (the refill thread also starts on first use).
+    """
+
+    def __init__(
+        self,
+        factory: EnvFactory,
+        *,
+        size: int = 2,
+        key: KeyFunction | None = None,
+        warm: Iterable[Mapping[str, Any]] = (),
+        max_keys: int = 8,
+    ) -> None:
+        if size < 0 or max_keys < 1:
+            raise ValueError(f"size must be >= 0 and max_keys >= 1, got {size} and {max_keys}")
+        self._build = factory
+        self.size = size
+        self.max_keys = max_keys
+        self._key = key or json_key
+        self._lock = threading.Condition()
+        # key -> (config, ready environments), most recently used last.
+        self._keys: collections.OrderedDict[Hashable, tuple[dict[str, Any], list[Environment]]]
+        self._keys = collections.OrderedDict()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.hits = 0
+        self.misses = 0
+        self.built = 0
+        self.failed = 0
+        for config in warm:
+            self._want(dict(config))
+
+    # ------------------------------------------------------------------ the factory
+
+    def factory(self, config: dict[str, Any]) -> Environment:
+        """A warm environment for `config` if one is ready, else one built now."""
+        if self.size and not self._closed:
+            try:
+                key = self._key(config)
+            except Exception:  # noqa: BLE001 - the factory reports a bad config itself
+                key = None
+            if key is not None:
+                with self._lock:
+                    entry = self._want(config, key)
+                    env = entry[1].pop(0) if entry[1] else None
+                    if env is not None:
+                        self.hits += 1
+                    else:
+                        self.misses += 1
+                    self._lock.notify()
+                self._ensure_thread()
+                if env is not None:
+                    return env
+        return self._build(config)
+
+    def _want(
+        self, config: dict[str, Any], key: Hashable | None = None
+    ) -> tuple[dict[str, Any], list[Environment]]:
+        """Mark `config` as one to keep warm (most recently used); caller holds the lock or is init."""
+        if key is None:
+            key = self._key(config)
+        entry = self._keys.get(key)
+        if entry is None:
+            entry = self._keys[key] = (dict(config), [])
+            while len(self._keys) > self.max_keys:
+                _, (_, dropped) = self._keys.popitem(last=False)
+                _close_all(dropped)
+        else:
+            self._keys.move_to_end(key)
+        return entry
+
+    # ------------------------------------------------------------------ background refill
+
+    def start(self) -> WarmPool:
+        """Start building the warm environments (idempotent)."""
+        self._ensure_thread()
+        return self
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None and self.size and not self._closed:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._refill_forever, name="openenv-ws-warm-pool", daemon=True
+                    )
+                    self._thread.start()
+
+    def _next_to_build(self) -> tuple[Hashable, dict[str, Any]] | None:
+        # The most recently used configuration first.
+        for key in reversed(self._keys):
+            config, ready = self._keys[key]
+            if len(ready) < self.size:
+                return key, config
+        return None
+
+    def _refill_forever(self) -> None:
+        while True:
+            with self._lock:
+                job = self._next_to_build()
+                while job is None and not self._closed:
+                    self._lock.wait()
+                    job = self._next_to_build()
+                if self._closed:
+                    return
+            assert job is not None
+            key, config = job
+            try:
+                env = self._build(dict(config))
+            except Exception as exc:  # noqa: BLE001 - a config that fails is dropped, not retried
+                logger.warning("warm pool: building %s failed (%s); not keeping it warm", key, exc)
+                with self._lock:
+                    self.failed += 1
+                    self._keys.pop(key, None)
+                continue
+            with self._lock:
+                entry = self._keys.get(key)
+                if self._closed or entry is None or len(entry[1]) >= self.size:
+                    keep = False
+                else:
+                    entry[1].append(env)
+                    self.built += 1
+                    keep = True
+            if not keep:
+                env.close()
+
+    # ------------------------------------------------------------------ state
+
+    def ready(self, config: Mapping[str, Any] | None = None) -> int:
+        """Environments ready now (for `config`, or in total)."""
+        with self._lock:
+            if config is None:
+                return sum(len(ready) for _, ready in self._keys.values())
+            entry = self._keys.get(self._key(config))
+            return 0 if entry is None else len(entry[1])
+
+    def wait_ready(self, config: Mapping[str, Any] | None = None, *, timeout: float = 10.0) -> bool:
+        """Block until `config` (or every warm configuration) has ``size`` ready; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                entries = (
+                    list(self._keys.values())
+                    if config is None
+                    else [self._keys.get(self._key(config), ({}, []))]
+                )
+                if all(len(ready) >= self.size for _, ready in entries):
+                    return True
+            time.sleep(0.005)
+        return False
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for ``/health``: size, ready, configurations, hits, misses, builds."""
+        with self._lock:
+            return {
+                "size": self.size,
+                "ready": sum(len(ready) for _, ready in self._keys.values()),
+                "configs": len(self._keys),
+                "hits": self.hits,
+                "misses": self.misses,
+                "built": self.built,
+                "failed": self.failed,
+            }
+
+    def close(self) -> None:
+        """Stop refilling and close every unused environment. Idempotent."""
+        with self._lock:
+            self._closed = True
+            leftovers = [env for _, ready in self._keys.values() for env in ready]
+            for _, ready in self._keys.values():
+                ready.clear()
+            self._lock.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+        _close_all(leftovers)
+
+
+def _close_all(envs: list[Environment]) -> None:
+    for env in envs:
+        try:
+            env.close()
+        except Exception:  # closing spare environments is best effort
+            logger.debug("warm pool: closing an unused environment failed", exc_info=True)

@@ -1,0 +1,197 @@
+"""Several server processes on one port: ``openenv-ws serve --workers N``.
+
+ALE's ``act()`` holds the GIL, so a process steps one environment at a time;
+using more cores takes more processes. :func:`run_workers` forks ``N``
+workers from a parent that has already imported everything (they share those
+pages copy-on-write). Each worker binds its own listening socket to the same
+port with ``SO_REUSEPORT``, so the kernel spreads new connections over the
+workers; a session then lives in the worker that accepted it.
+
+The parent supervises: it forwards SIGTERM/SIGINT to the workers (each
+drains and exits), restarts a worker that dies unexpectedly, and exits when
+all workers are gone. Workers die with the parent (``PR_SET_PDEATHSIG``).
+
+:class:`WorkerBoard` is a small shared-memory table, one slot per worker,
+where each worker publishes its session counts whenever they change; any
+worker's ``/health`` reads every slot, so the totals are right whichever
+worker answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["WorkerBoard", "reserve_port", "run_workers"]
+
+logger = logging.getLogger("openenv_ws.server.workers")
+
+_SLOT = struct.Struct("<qqq")  # pid, sessions, opened_total
+_RESTART_DELAY = 0.5
+
+
+class WorkerBoard:
+    """Per-worker session counters in memory shared by forked workers.
+
+    Create it in the parent before forking; each worker sets :attr:`index`
+    and calls :meth:`publish`; every worker can :meth:`read` all slots.
+    """
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.workers = workers
+        self.index: int | None = None
+        # Anonymous shared mapping: forked children see the same pages.
+        self._mem = mmap.mmap(-1, _SLOT.size * workers)
+
+    def publish(self, sessions: int, opened_total: int) -> None:
+        """Record this worker's counts (a no-op outside a worker)."""
+        if self.index is not None:
+            _SLOT.pack_into(self._mem, self.index * _SLOT.size, os.getpid(), sessions, opened_total)
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every worker's last published counts, by worker index."""
+        out = []
+        for i in range(self.workers):
+            pid, sessions, opened = _SLOT.unpack_from(self._mem, i * _SLOT.size)
+            out.append({"worker": i, "pid": pid, "sessions": sessions, "opened_total": opened})
+        return out
+
+    def health(self) -> dict[str, Any]:
+        """The ``/health`` fields: which worker answered, every worker, the totals."""
+        workers = self.read()
+        return {
+            "worker": self.index,
+            "workers": workers,
+            "sessions_total": sum(w["sessions"] for w in workers),
+            "opened_total_all": sum(w["opened_total"] for w in workers),
+        }
+
+    def clear(self, index: int) -> None:
+        """Zero a dead worker's slot (done by the parent before restarting it)."""
+        _SLOT.pack_into(self._mem, index * _SLOT.size, 0, 0, 0)
+
+
+def _reuseport_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def reserve_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """Bind (without listening) a ``SO_REUSEPORT`` socket: the port the workers will share.
+
+    Keep it open while the workers run: with port 0 it holds the port the OS
+    picked. Not listening, it takes no connections itself.
+    """
+    if not hasattr(socket, "SO_REUSEPORT"):  # pragma: no cover - Linux and BSDs have it
+        raise OSError("--workers needs SO_REUSEPORT, which this platform lacks")
+    return _reuseport_socket(host, port)
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def run_workers(
+    workers: int,
+    serve: Callable[[socket.socket, int], None],
+    *,
+    host: str,
+    port: int,
+    board: WorkerBoard | None = None,
+    backlog: int = 2048,
+) -> int:
+    """Fork `workers` processes that each run ``serve(listening_socket, index)``.
+
+    Args:
+        workers: number of processes.
+        serve: runs one worker's server on its socket until it is told to stop
+            (SIGTERM/SIGINT); called in the child.
+        host, port: where to listen (the port already reserved with :func:`reserve_port`).
+        board: the shared counters; its ``index`` is set in each child.
+        backlog: listen backlog of each worker's socket.
+
+    Returns:
+        The exit status for the parent: 0 after a requested shutdown.
+    """
+    children: dict[int, int] = {}  # pid -> worker index
+    stopping = False
+
+    def spawn(index: int) -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                _die_with_parent()
+                if os.getppid() == 1:  # the parent died before the line above
+                    os._exit(0)
+                if board is not None:
+                    board.index = index
+                    board.publish(0, 0)
+                sock = _reuseport_socket(host, port)
+                sock.listen(backlog)
+                sock.set_inheritable(False)
+                serve(sock, index)
+                code = 0
+            except BaseException:  # report, then leave without running the parent's cleanup
+                logger.exception("worker %d failed", index)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children[pid] = index
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for index in range(workers):
+            spawn(index)
+        while children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            if pid not in children:
+                continue
+            index = children.pop(pid)
+            if board is not None:
+                board.clear(index)
+            if not stopping:
+                logger.warning(
+                    "worker %d (pid %d) exited with status %d; restarting it",
+                    index,
+                    pid,
+                    os.waitstatus_to_exitcode(status),
+                )
+                time.sleep(_RESTART_DELAY)
+                if not stopping:
+                    spawn(index)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0

@@ -1,0 +1,136 @@
+"""WarmPool: environments built ahead per configuration, handed out once, refilled in the background."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import ale_py
+import gymnasium
+import pytest
+
+from atari import AtariEnvironment, atari_factory, normalize_config
+from openenv_ws.environment import Environment
+from openenv_ws.errors import EnvConfigError
+from openenv_ws.server.pool import WarmPool, json_key, normalized_key
+from openenv_ws.testing import FakeEnvironment
+
+from ..conftest import UNIT
+
+gymnasium.register_envs(ale_py)
+
+
+class CountingFactory:
+    """A factory that records what it built, from which thread, and whether it was closed."""
+
+    def __init__(self) -> None:
+        self.built: list[tuple[FakeEnvironment, str]] = []
+        self.closed: list[FakeEnvironment] = []
+
+    def __call__(self, config: dict[str, Any]) -> Environment:
+        if config.get("n_actions") == 0:
+            raise EnvConfigError("n_actions must be positive")
+        env = FakeEnvironment(config)
+        original = env.close
+
+        def close() -> None:
+            self.closed.append(env)
+            original()
+
+        env.close = close  # type: ignore[method-assign]
+        self.built.append((env, threading.current_thread().name))
+        return env
+
+
+def test_pooled_environments_are_prebuilt_handed_out_once_and_refilled() -> None:
+    factory = CountingFactory()
+    pool = WarmPool(factory, size=2, warm=[{"n_actions": 3}]).start()
+    try:
+        assert pool.wait_ready(timeout=10 * UNIT)
+        assert pool.ready({"n_actions": 3}) == 2
+        assert {thread for _, thread in factory.built} == {"openenv-ws-warm-pool"}
+        first = pool.factory({"n_actions": 3})
+        second = pool.factory({"n_actions": 3})
+        prebuilt = [env for env, _ in factory.built[:2]]
+        assert first is prebuilt[0] and second is prebuilt[1]  # in build order, never twice
+        assert pool.wait_ready({"n_actions": 3}, timeout=10 * UNIT)  # refilled
+        assert len(factory.built) == 4
+        assert pool.stats() | {"built": 0} == {
+            "size": 2,
+            "ready": 2,
+            "configs": 1,
+            "hits": 2,
+            "misses": 0,
+            "built": 0,
+            "failed": 0,
+        }
+    finally:
+        pool.close()
+    # Unused environments are closed with the pool; handed-out ones belong to their sessions.
+    assert set(map(id, factory.closed)) == {id(env) for env, _ in factory.built[2:]}
+
+
+def test_a_new_configuration_is_built_cold_then_kept_warm() -> None:
+    factory = CountingFactory()
+    pool = WarmPool(factory, size=1)
+    try:
+        cold = pool.factory({"episode_length": 4})
+        assert factory.built[0] == (cold, threading.current_thread().name)
+        assert pool.stats()["misses"] == 1
+        assert pool.wait_ready({"episode_length": 4}, timeout=10 * UNIT)
+        warm = pool.factory({"episode_length": 4})
+        assert factory.built[1][0] is warm and factory.built[1][1] == "openenv-ws-warm-pool"
+        assert pool.stats()["hits"] == 1
+    finally:
+        pool.close()
+
+
+def test_refused_configs_are_not_pooled_and_keys_are_bounded() -> None:
+    factory = CountingFactory()
+    pool = WarmPool(factory, size=1, max_keys=2)
+    try:
+        with pytest.raises(EnvConfigError, match="positive"):
+            pool.factory({"n_actions": 0})
+        for n in (2, 3, 4):  # three configurations, room for two
+            pool.factory({"n_actions": n})
+            assert pool.wait_ready({"n_actions": n}, timeout=10 * UNIT)
+        assert pool.stats()["configs"] == 2
+        assert pool.ready({"n_actions": 2}) == 0  # the least recently used was dropped
+        dropped = [env for env, _ in factory.built if env.spec.action.n == 2]
+        assert dropped[-1] in factory.closed
+    finally:
+        pool.close()
+
+
+def test_a_config_that_fails_in_the_background_is_dropped() -> None:
+    factory = CountingFactory()
+    pool = WarmPool(factory, size=1, warm=[{"n_actions": 0}]).start()
+    try:
+        assert pool.wait_ready(timeout=10 * UNIT)  # nothing left to warm
+        assert pool.stats()["failed"] == 1 and pool.stats()["configs"] == 0
+    finally:
+        pool.close()
+
+
+def test_keys() -> None:
+    assert json_key({"b": 1, "a": [1, 2]}) == json_key({"a": [1, 2], "b": 1})
+    atari_key = normalized_key(normalize_config)
+    assert atari_key({}) == atari_key({"game": "Pong", "frameskip": 4})
+    assert atari_key({}) != atari_key({"game": "breakout"})
+    with pytest.raises(EnvConfigError):
+        atari_key({"game": "no_such_game"})
+
+
+def test_unseeded_first_resets_of_pooled_emulators_differ() -> None:
+    """Each pooled emulator draws its own seeds, like a fresh ale-py env."""
+    pool = WarmPool(atari_factory, size=2, warm=[{"game": "pong", "obs_type": "ram"}]).start()
+    try:
+        assert pool.wait_ready(timeout=30 * UNIT)
+        a = pool.factory({"game": "pong", "obs_type": "ram"})
+        b = pool.factory({"game": "pong", "obs_type": "ram"})
+        assert isinstance(a, AtariEnvironment) and isinstance(b, AtariEnvironment)
+        a.reset(), b.reset()
+        assert a._rng.bit_generator.state != b._rng.bit_generator.state
+        a.close(), b.close()
+    finally:
+        pool.close()
