@@ -14,8 +14,10 @@ configuration builds its own; the next ones find one ready), at most
 ``max_keys`` of them, least recently used dropped first.
 
 With ale-py the ROM load holds the GIL, so a background build still pauses
-the worker's event loop for its duration; what the pool removes is the wait
-of the session being opened, and it builds one environment at a time.
+the worker's event loop for its duration (~0.1 s). The pool therefore builds
+one environment at a time, and only once no session has taken one for
+``refill_delay`` seconds: the sessions just opened get their first replies
+first. What it removes is the wait of the session being opened.
 """
 
 from __future__ import annotations
@@ -69,6 +71,10 @@ class WarmPool:
             refuses) it as usual.
         warm: configurations to build ahead of any session.
         max_keys: most configurations kept warm at once.
+        refill_delay: seconds without a session taking an environment before
+            the pool builds again. A build that holds the GIL (an ale-py ROM
+            load) pauses the event loop, so it waits until a burst of opens
+            (and the first requests of those sessions) is over.
 
     Use :meth:`factory` where an :data:`~openenv_ws.environment.EnvFactory`
     is expected; call :meth:`start` once serving starts and :meth:`close` at
@@ -83,12 +89,15 @@ class WarmPool:
         key: KeyFunction | None = None,
         warm: Iterable[Mapping[str, Any]] = (),
         max_keys: int = 8,
+        refill_delay: float = 1.0,
     ) -> None:
         if size < 0 or max_keys < 1:
             raise ValueError(f"size must be >= 0 and max_keys >= 1, got {size} and {max_keys}")
         self._build = factory
         self.size = size
         self.max_keys = max_keys
+        self.refill_delay = refill_delay
+        self._last_take = -float("inf")
         self._key = key or json_key
         self._lock = threading.Condition()
         # key -> (config, ready environments), most recently used last.
@@ -114,6 +123,7 @@ class WarmPool:
                 key = None
             if key is not None:
                 with self._lock:
+                    self._last_take = time.monotonic()
                     entry = self._want(config, key)
                     env = entry[1].pop(0) if entry[1] else None
                     if env is not None:
@@ -170,8 +180,11 @@ class WarmPool:
         while True:
             with self._lock:
                 job = self._next_to_build()
-                while job is None and not self._closed:
-                    self._lock.wait()
+                while not self._closed:
+                    quiet = time.monotonic() - self._last_take
+                    if job is not None and quiet >= self.refill_delay:
+                        break
+                    self._lock.wait(None if job is None else self.refill_delay - quiet)
                     job = self._next_to_build()
                 if self._closed:
                     return

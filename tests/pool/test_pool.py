@@ -44,7 +44,7 @@ class CountingFactory:
 
 def test_pooled_environments_are_prebuilt_handed_out_once_and_refilled() -> None:
     factory = CountingFactory()
-    pool = WarmPool(factory, size=2, warm=[{"n_actions": 3}]).start()
+    pool = WarmPool(factory, size=2, warm=[{"n_actions": 3}], refill_delay=0).start()
     try:
         assert pool.wait_ready(timeout=10 * UNIT)
         assert pool.ready({"n_actions": 3}) == 2
@@ -72,7 +72,7 @@ def test_pooled_environments_are_prebuilt_handed_out_once_and_refilled() -> None
 
 def test_a_new_configuration_is_built_cold_then_kept_warm() -> None:
     factory = CountingFactory()
-    pool = WarmPool(factory, size=1)
+    pool = WarmPool(factory, size=1, refill_delay=0)
     try:
         cold = pool.factory({"episode_length": 4})
         assert factory.built[0] == (cold, threading.current_thread().name)
@@ -87,7 +87,7 @@ def test_a_new_configuration_is_built_cold_then_kept_warm() -> None:
 
 def test_refused_configs_are_not_pooled_and_keys_are_bounded() -> None:
     factory = CountingFactory()
-    pool = WarmPool(factory, size=1, max_keys=2)
+    pool = WarmPool(factory, size=1, max_keys=2, refill_delay=0)
     try:
         with pytest.raises(EnvConfigError, match="positive"):
             pool.factory({"n_actions": 0})
@@ -132,5 +132,18 @@ def test_unseeded_first_resets_of_pooled_emulators_differ() -> None:
         a.reset(), b.reset()
         assert a._rng.bit_generator.state != b._rng.bit_generator.state
         a.close(), b.close()
+    finally:
+        pool.close()
+
+
+def test_refills_wait_for_a_quiet_moment() -> None:
+    """Right after a session takes an environment, nothing is built (it would hold the GIL)."""
+    factory = CountingFactory()
+    pool = WarmPool(factory, size=1, warm=[{}], refill_delay=3600).start()
+    try:
+        assert pool.wait_ready(timeout=10 * UNIT)  # the warm config is built at once
+        pool.factory({})
+        assert not pool.wait_ready(timeout=0.2 * UNIT)
+        assert len(factory.built) == 1 and pool.stats()["ready"] == 0
     finally:
         pool.close()
