@@ -56,7 +56,7 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
         "--placement",
         default=",".join(d.placements),
         help="split (server and client on different cores), shared (same core), any (OS "
-        "decides); a comma list measures each for the latency scenario",
+        "decides); the latency scenario measures each, the others use the first",
     )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(

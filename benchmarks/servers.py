@@ -8,7 +8,9 @@ the ``with`` block ends.
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
+import json
 import os
 import re
 import subprocess
@@ -24,7 +26,15 @@ from openenv_ws.providers.local import _die_with_parent
 
 from .measure import Placement
 
-__all__ = ["PeerServer", "PeerUnavailable", "our_server"]
+__all__ = [
+    "PeerServer",
+    "PeerUnavailable",
+    "our_server",
+    "pool_args",
+    "serve_supports",
+    "supports_pool",
+    "wait_pool_full",
+]
 
 #: The folder holding the ``benchmarks`` package, for peers started with ``-m``.
 _ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +47,45 @@ def our_server(placement: Placement, args: Sequence[str] = ()) -> Iterator[Local
         assert server.process is not None
         placement.pin_server(server.process.pid)
         yield server
+
+
+@functools.cache
+def _serve_help() -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "openenv_ws", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+
+
+def serve_supports(option: str) -> bool:
+    """Whether this build's ``openenv-ws serve`` has `option` (e.g. ``--pool-size``)."""
+    return option in _serve_help()
+
+
+def supports_pool() -> bool:
+    """Whether this build's server has a warm emulator pool (``--pool-size``)."""
+    return serve_supports("--pool-size")
+
+
+def pool_args(size: int, config: Mapping[str, object] | None = None) -> list[str]:
+    """``serve`` options for a pool of `size` per config, `config` kept warm from the start."""
+    args = ["--pool-size", str(size)]
+    if config is not None and size > 0:
+        args += ["--pool-warm", json.dumps(dict(config))]
+    return args
+
+
+def wait_pool_full(server: LocalServerProvider, timeout: float = 30.0) -> None:
+    """Wait until the server's pool has every slot ready (``/health`` says so)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pool = (server.health() or {}).get("pool")
+        if pool is not None and pool["ready"] >= pool["size"] * max(1, pool["configs"]):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"the server's warm pool did not fill within {timeout} s")
 
 
 class PeerUnavailable(RuntimeError):

@@ -42,7 +42,7 @@ class Options:
     games: tuple[str, ...] = ("pong",)
     obs_types: tuple[str, ...] = ("rgb", "grayscale", "ram")
     clients: tuple[str, ...] = ("sync", "async")
-    placements: tuple[str, ...] = ("split",)
+    placements: tuple[str, ...] = ("split", "shared")
     scenarios: tuple[str, ...] = ()
     seed: int = 0
     rounds: int = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..measure import (
     time_steps,
     time_steps_async,
 )
-from ..servers import PeerServer, PeerUnavailable, our_server
+from ..servers import PeerServer, PeerUnavailable, our_server, serve_supports
 from ..suite import Column, Context, Section, scenario
 from .latency import KEY_COLUMNS, PERCENTILE_COLUMNS, sync_steps
 
@@ -103,8 +104,9 @@ def run(ctx: Context) -> Section:
     works = [
         ctx.workload(game, obs, opts.peer_steps) for game in opts.games for obs in opts.obs_types
     ]
-    # Phases per workload: in-process, ours, OpenEnv WS, HTTP, and WS without PNG on RGB.
-    ctx.progress.start(section.title, sum(5 if w.obs_type == "rgb" else 4 for w in works))
+    # Phases per workload: in-process, ours, OpenEnv client on ours, OpenEnv WS, HTTP, and
+    # OpenEnv WS without PNG on RGB.
+    ctx.progress.start(section.title, sum(6 if w.obs_type == "rgb" else 5 for w in works))
     version = _peer_version()
     with our_server(placement) as server, placement.client_side():
         for work in works:
@@ -151,6 +153,16 @@ def _one_workload(
 
     add("in-process", reference, len(work.actions))
     add("openenv-ws sync", ours, len(work.actions))
+    ctx.progress.phase(f"OpenEnv client on openenv-ws {work.label()}")
+    if serve_supports("--openenv-config"):
+        # OpenEnv's unchanged client against our server (its JSON dialect on the same /ws).
+        config = ["--openenv-config", json.dumps(work.config)]
+        with our_server(placement, config) as dialect:
+            samples = _ws_steps(dialect.http_url, work)
+        add("OpenEnv WS client → openenv-ws", latency_row(samples), len(samples))
+        section.sample(work.obs_type, "OpenEnv WS client → openenv-ws", samples)
+    else:
+        add("OpenEnv WS client → openenv-ws", None, 0, "pending: no OpenEnv dialect here")
     variants: list[tuple[str, bool]] = [("OpenEnv WS", True)]
     if work.obs_type == "rgb":
         variants.append(("OpenEnv WS, no PNG", False))

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-from ..suite import Context, Section, has_attr, scenario
+import importlib
+import os
 
-__all__: list[str] = []
+from ..measure import inprocess_steps, latency_row
+from ..servers import our_server
+from ..suite import Column, Context, Section, has_attr, scenario
+from .latency import KEY_COLUMNS, PERCENTILE_COLUMNS, sync_steps
 
+__all__ = ["DEFAULT_IMAGE"]
 
-def _not_wired(name: str) -> Section:
-    raise NotImplementedError(
-        f"the {name} provider is in this build but the benchmark does not drive it yet"
-    )
+#: The image .ci/lib/build-image.sh builds from the repository's Dockerfile.
+DEFAULT_IMAGE = "openenv-ws/atari:ci"
+
+COLUMNS = [
+    *KEY_COLUMNS,
+    *PERCENTILE_COLUMNS,
+    Column("steps_per_s", "steps/s", ",.0f"),
+    Column("vs_local", "vs local server", ".2f"),
+    Column("vs_inprocess", "vs in-process", ".2f"),
+    Column("note", "note"),
+]
 
 
 @scenario(
@@ -20,7 +32,53 @@ def _not_wired(name: str) -> Section:
 )
 def run_docker(ctx: Context) -> Section:
     """One session through the Atari image's published port, next to the local server."""
-    return _not_wired("Docker")
+    section = Section("docker", "Docker-published server", COLUMNS)
+    placement = ctx.placements()[0]
+    image = os.environ.get("OPENENV_WS_BENCH_IMAGE", DEFAULT_IMAGE)
+    works = list(ctx.workloads())
+    ctx.progress.start(section.title, 3 * len(works))
+    provider = importlib.import_module("openenv_ws.providers").DockerProvider
+    run_options = {} if placement.server is None else {"cpuset_cpus": _cpus(placement.server)}
+    with our_server(placement) as local, placement.client_side():
+        for work in works:
+            base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
+            ctx.progress.phase(f"in-process {work.label()}")
+            reference = latency_row(inprocess_steps(work))
+            ctx.progress.phase(f"local server {work.label()}")
+            ours = latency_row(sync_steps(local.url, work))
+            section.add(**base, path="in-process", **reference, vs_inprocess=1.0)
+            section.add(
+                **base,
+                path="openenv-ws sync, local server",
+                **ours,
+                vs_local=1.0,
+                vs_inprocess=ours["steps_per_s"] / reference["steps_per_s"],
+            )
+            ctx.progress.phase(f"Docker {work.label()}")
+            row = {**base, "path": "openenv-ws sync, Docker port"}
+            try:
+                with provider(image, pull=False, run_options=run_options) as container:
+                    stats = latency_row(sync_steps(container.url, work))
+            except Exception as exc:  # noqa: BLE001 - no engine or no image: the row says why
+                section.add(**row, note=f"could not run: {exc}".splitlines()[0])
+                continue
+            section.add(
+                **row,
+                **stats,
+                vs_local=stats["steps_per_s"] / ours["steps_per_s"],
+                vs_inprocess=stats["steps_per_s"] / reference["steps_per_s"],
+                note=image,
+            )
+    section.notes.append(
+        f"The image ({image}; set OPENENV_WS_BENCH_IMAGE for another) is built by "
+        ".ci/lib/build-image.sh; its port is published on 127.0.0.1 and the container is "
+        "pinned to the server cores of the placement."
+    )
+    return section
+
+
+def _cpus(cores: frozenset[int]) -> str:
+    return ",".join(map(str, sorted(cores)))
 
 
 @scenario(
@@ -30,4 +88,6 @@ def run_docker(ctx: Context) -> Section:
 )
 def run_ray(ctx: Context) -> Section:
     """Sessions spread over Ray env-server actors, next to the local server."""
-    return _not_wired("Ray")
+    raise NotImplementedError(
+        "the Ray provider is in this build but the benchmark does not drive it yet"
+    )

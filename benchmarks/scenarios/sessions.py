@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
 from openenv_ws.client import EnvClient
+from openenv_ws.providers import LocalServerProvider
 
 from ..measure import Workload, rss_bytes
-from ..servers import our_server
+from ..servers import our_server, pool_args, supports_pool, wait_pool_full
 from ..suite import Column, Context, Section, scenario
 
 __all__: list[str] = []
@@ -22,9 +21,10 @@ OPEN_COLUMNS = [
     Column("obs", "obs"),
     Column("path", "path"),
     Column("count", "sessions"),
-    Column("p50_ms", "p50 ms", ".1f"),
-    Column("p90_ms", "p90 ms", ".1f"),
-    Column("max_ms", "max ms", ".1f"),
+    Column("open_p50_ms", "open p50 ms", ".1f"),
+    Column("p50_ms", "first obs p50 ms", ".1f"),
+    Column("p90_ms", "first obs p90 ms", ".1f"),
+    Column("max_ms", "first obs max ms", ".1f"),
     Column("vs_inprocess", "vs in-process", ".2f"),
     Column("note", "note"),
 ]
@@ -41,24 +41,15 @@ MEMORY_COLUMNS = [
 ]
 
 
-def _ms(samples: list[float]) -> dict[str, float]:
-    ms = np.array(samples) * 1e3
+def _ms(opens: list[float], firsts: list[float]) -> dict[str, float]:
+    ms = np.array(firsts) * 1e3
     p50, p90 = np.percentile(ms, [50, 90])
-    return {"p50_ms": float(p50), "p90_ms": float(p90), "max_ms": float(ms.max())}
-
-
-def _warm_pool_flag() -> str | None:
-    """The ``serve`` option that sizes the warm emulator pool, if this build has one."""
-    help_text = subprocess.run(
-        [sys.executable, "-m", "openenv_ws", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    for flag in ("--pool-size", "--warm-pool", "--pool"):
-        if flag in help_text:
-            return flag
-    return None
+    return {
+        "open_p50_ms": float(np.median(opens) * 1e3),
+        "p50_ms": float(p50),
+        "p90_ms": float(p90),
+        "max_ms": float(ms.max()),
+    }
 
 
 @scenario("open", "Session open time")
@@ -69,58 +60,68 @@ def run_open(ctx: Context) -> Section:
     placement = ctx.placements()[0]
     works = list(ctx.workloads())
     ctx.progress.start(section.title, 3 * len(works))
-    pool_flag = _warm_pool_flag()
-    cold_args = [pool_flag, "0"] if pool_flag else []
+    pooled = supports_pool()
     for work in works:
         base = {"game": work.game, "obs": work.obs_type, "count": opts.open_count}
         ctx.progress.phase(f"in-process construct + reset {work.label()}")
         with placement.client_side():
-            reference = _ms(_inprocess_opens(work, opts.open_count))
+            reference = _ms(*_inprocess_opens(work, opts.open_count))
         section.add(**base, path="in-process: load + reset", **reference, vs_inprocess=1.0)
-        for kind, args in (("cold", cold_args), ("warm", [pool_flag, "8"] if pool_flag else None)):
+        for kind, size in (("cold", 0), ("warm", opts.open_count)):
+            path = f"openenv-ws {kind}: connect + open + reset"
             ctx.progress.phase(f"{kind} open {work.label()}")
-            if args is None:
-                section.add(
-                    **base,
-                    path=f"openenv-ws {kind}: open + first obs",
-                    note="pending: this build's server has no warm emulator pool",
-                )
+            if not pooled and kind == "warm":
+                section.add(**base, path=path, note="pending: this server has no warm pool")
                 continue
+            args = pool_args(size, work.config) if pooled else []
             with our_server(placement, args) as server, placement.client_side():
-                stats = _ms(_remote_opens(server.url, work, opts.open_count))
+                stats = _ms(*_remote_opens(server, work, opts.open_count, warm=size > 0))
             stats["vs_inprocess"] = stats["p50_ms"] / reference["p50_ms"]
-            section.add(**base, path=f"openenv-ws {kind}: open + first obs", **stats)
+            note = f"--pool-size {size}" if pooled else "no pool in this build"
+            section.add(**base, path=path, **stats, note=note)
     section.notes.append(
-        "Time from nothing to the first observation of a seeded episode: in-process = "
-        "construct AtariEnvironment + reset(seed); openenv-ws = WebSocket connect + open + "
-        "reset(seed) on a running server, sessions opened one after another. vs in-process: "
-        "p50 over in-process p50."
+        "From nothing to the first observation: in-process = construct AtariEnvironment "
+        "(ROM load) + reset(); openenv-ws = WebSocket connect + open (open p50) + reset() on a "
+        "running server, one session after another, each closed before the next. Warm: the "
+        "server's pool is full before each open. A seeded reset reloads the ROM, as ale-py "
+        "does, so it costs a ROM load on either path. vs in-process: first-obs p50 over "
+        "in-process first-obs p50."
     )
     return section
 
 
-def _inprocess_opens(work: Workload, count: int) -> list[float]:
+def _inprocess_opens(work: Workload, count: int) -> tuple[list[float], list[float]]:
     from atari import AtariEnvironment
 
-    times = []
+    opens, firsts = [], []
     for _ in range(count):
         t0 = time.perf_counter()
         env = AtariEnvironment(work.config)
-        env.reset(seed=work.seed)
-        times.append(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        env.reset()
+        t2 = time.perf_counter()
+        opens.append(t1 - t0)
+        firsts.append(t2 - t0)
         env.close()
-    return times
+    return opens, firsts
 
 
-def _remote_opens(url: str, work: Workload, count: int) -> list[float]:
-    times = []
+def _remote_opens(
+    server: LocalServerProvider, work: Workload, count: int, *, warm: bool
+) -> tuple[list[float], list[float]]:
+    opens, firsts = [], []
     for _ in range(count):
+        if warm:
+            wait_pool_full(server)
         t0 = time.perf_counter()
-        client: EnvClient[Any] = EnvClient(url, config=work.config)
-        client.reset(seed=work.seed)
-        times.append(time.perf_counter() - t0)
+        client: EnvClient[Any] = EnvClient(server.url, config=work.config)
+        t1 = time.perf_counter()
+        client.reset()
+        t2 = time.perf_counter()
+        opens.append(t1 - t0)
+        firsts.append(t2 - t0)
         client.close()
-    return times
+    return opens, firsts
 
 
 @scenario("memory", "Server memory per session")
@@ -136,7 +137,9 @@ def run_memory(ctx: Context) -> Section:
     section.add(**base, path="in-process", **_inprocess_memory(work, n), vs_inprocess=1.0)
     reference = section.rows[-1]["per_session_mb"]
     ctx.progress.phase(f"openenv-ws server: {n} sessions")
-    with our_server(ctx.placements()[0]) as server:
+    # No warm pool: its ready environments would count as the sessions' memory.
+    args = pool_args(0) if supports_pool() else []
+    with our_server(ctx.placements()[0], args) as server:
         assert server.process is not None
         row = _server_memory(server.url, server.process.pid, work, n)
     row["vs_inprocess"] = row["per_session_mb"] / reference

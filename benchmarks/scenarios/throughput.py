@@ -18,20 +18,25 @@ COLUMNS = [
     Column("game", "game"),
     Column("obs", "obs"),
     Column("placement", "placement"),
+    Column("mode", "mode"),
     Column("sessions", "sessions"),
     Column("steps", "env steps"),
     Column("steps_per_s", "steps/s", ",.0f"),
-    Column("batch_ms", "batch step ms", ".2f"),
+    Column("batch_ms", "ms per round of all sessions", ".2f"),
     Column("vs_inprocess", "vs in-process 1 core", ".2f"),
 ]
 
 
-def _vector_steps(url: str, work: Workload, n: int, total: int) -> tuple[int, float]:
-    """(env steps, seconds) for batched steps of `n` sessions until `total` env steps."""
+def _vector(url: str, work: Workload, n: int) -> Any:
     vector = importlib.import_module("openenv_ws.client.vector").VectorEnvClient
+    return vector(url, n, config=work.config)
+
+
+def _batched(url: str, work: Workload, n: int, total: int) -> tuple[int, float]:
+    """(env steps, seconds): ``step(actions)`` on all `n` sessions until `total` env steps."""
     batches = max(3, -(-total // n))
     actions = np.random.default_rng(work.seed).integers(0, work.n_actions, size=(batches + 2, n))
-    with vector(url, n, config=work.config) as venv:
+    with _vector(url, work, n) as venv:
         venv.reset(seed=work.seed)
         venv.step(actions[0])
         venv.step(actions[1])
@@ -42,18 +47,48 @@ def _vector_steps(url: str, work: Workload, n: int, total: int) -> tuple[int, fl
     return batches * n, elapsed
 
 
+def _pipelined(url: str, work: Workload, n: int, total: int) -> tuple[int, float]:
+    """(env steps, seconds): EnvPool-style ``send``/``recv``, each env resent as soon as it answers."""
+    total = max(total, 3 * n)
+    actions = np.random.default_rng(work.seed).integers(0, work.n_actions, size=total + 4 * n)
+    used = 0
+
+    def take(k: int) -> np.ndarray[Any, Any]:
+        nonlocal used
+        used += k
+        return actions[used - k : used]
+
+    with _vector(url, work, n) as venv:
+        venv.reset(seed=work.seed)
+        venv.send(take(n))
+        done = 0
+        start = time.perf_counter()
+        while done < total:
+            ids = venv.recv()[4]["env_id"]
+            done += len(ids)
+            venv.send(take(len(ids)), ids)
+        elapsed = time.perf_counter() - start
+        venv.recv(min_envs=n)
+    return done, elapsed
+
+
+#: mode -> how N sessions are driven.
+MODES = {"step": _batched, "send/recv": _pipelined}
+
+
 @scenario(
     "throughput",
     "Throughput vs sessions (vector client)",
     requires=has_attr("openenv_ws.client.vector", "VectorEnvClient", "the vector client"),
 )
 def run(ctx: Context) -> Section:
-    """Aggregate steps/s of N sessions stepped in batches by one VectorEnvClient."""
+    """Aggregate steps/s of N sessions on one VectorEnvClient: batched step and send/recv."""
     opts = ctx.options
     section = Section("throughput", "Throughput vs sessions (vector client)", COLUMNS)
     works = list(ctx.workloads())
-    placements = ctx.placements()
-    ctx.progress.start(section.title, len(works) * len(placements) * (1 + len(opts.sessions)))
+    placements = ctx.placements()[:1]
+    points = 1 + len(MODES) * len(opts.sessions)
+    ctx.progress.start(section.title, len(works) * len(placements) * points)
     for placement in placements:
         for work in works:
             _curve(ctx, section, placement, work)
@@ -72,18 +107,20 @@ def _curve(ctx: Context, section: Section, placement: Placement, work: Workload)
         reference = latency_row(inprocess_steps(work))["steps_per_s"]
     label = f"{work.label()} [{placement.name}]"
     section.curves[f"in-process {work.obs_type}"] = [(n, reference) for n in opts.sessions]
-    curve = section.curves.setdefault(f"openenv-ws vector {label}", [])
     with our_server(placement) as server, placement.client_side():
-        for n in opts.sessions:
-            ctx.progress.phase(f"{n} sessions {work.label()}")
-            steps, seconds = _vector_steps(server.url, work, n, opts.steps)
-            rate = steps / seconds
-            section.add(
-                **base,
-                sessions=n,
-                steps=steps,
-                steps_per_s=rate,
-                batch_ms=seconds / (steps / n) * 1e3,
-                vs_inprocess=rate / reference,
-            )
-            curve.append((n, rate))
+        for mode, drive in MODES.items():
+            curve = section.curves.setdefault(f"openenv-ws vector {mode} {label}", [])
+            for n in opts.sessions:
+                ctx.progress.phase(f"{mode}: {n} sessions {work.label()}")
+                steps, seconds = drive(server.url, work, n, opts.steps)
+                rate = steps / seconds
+                section.add(
+                    **base,
+                    mode=mode,
+                    sessions=n,
+                    steps=steps,
+                    steps_per_s=rate,
+                    batch_ms=seconds / (steps / n) * 1e3,
+                    vs_inprocess=rate / reference,
+                )
+                curve.append((n, rate))

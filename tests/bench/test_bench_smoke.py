@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.measure import Placement
+from benchmarks.servers import serve_supports, supports_pool
 from benchmarks.suite import SCENARIOS
 
 pytestmark = pytest.mark.slow
@@ -89,25 +91,32 @@ def test_report_files_exist(run: dict[str, Any]) -> None:
 
 def test_latency_rows_per_obs_type_and_client(run: dict[str, Any]) -> None:
     rows = _rows(run, "latency")
-    paths = {(r["obs"], r["path"]) for r in rows}
+    placements = {Placement.named(name).name for name in ("split", "shared")}
+    paths = {(r["obs"], r["path"], r["placement"]) for r in rows}
     assert paths == {
-        (obs, path)
+        (obs, path, where)
         for obs in OBS_TYPES
         for path in ("in-process", "openenv-ws sync", "openenv-ws async")
+        for where in placements
     }
     for row in rows:
         _positive(row, "p50_us", "p90_us", "p99_us", "max_us", "steps_per_s", "vs_inprocess")
         assert row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"]
-        assert row["placement"] == "split"
+    split = Placement.named("split").name
     for obs in OBS_TYPES:
-        assert len(run["samples"]["sections"]["latency"][obs]["openenv-ws sync [split]"]) == STEPS
+        assert (
+            len(run["samples"]["sections"]["latency"][obs][f"openenv-ws sync [{split}]"]) == STEPS
+        )
 
 
 def test_peer_rows_have_numbers_and_ratios(run: dict[str, Any]) -> None:
     rows = _rows(run, "openenv")
     by_path = {(r["obs"], r["path"]): r for r in rows}
     for obs in OBS_TYPES:
-        for path in ("openenv-ws sync", "OpenEnv WS", "OpenEnv HTTP /step"):
+        paths = ["openenv-ws sync", "OpenEnv WS", "OpenEnv HTTP /step"]
+        if serve_supports("--openenv-config"):
+            paths.append("OpenEnv WS client → openenv-ws")
+        for path in paths:
             row = by_path[(obs, path)]
             _positive(row, "steps", "p50_us", "steps_per_s", "ours_x", "vs_inprocess")
         assert by_path[(obs, "OpenEnv HTTP /step")]["steps"] == 3
@@ -119,10 +128,15 @@ def test_open_time_cold_and_warm(run: dict[str, Any]) -> None:
     rows = _rows(run, "open")
     for obs in OBS_TYPES:
         mine = {r["path"]: r for r in rows if r["obs"] == obs}
-        _positive(mine["in-process: load + reset"], "p50_ms", "max_ms")
-        _positive(mine["openenv-ws cold: open + first obs"], "p50_ms", "p90_ms", "vs_inprocess")
-        warm = mine["openenv-ws warm: open + first obs"]
-        assert warm.get("p50_ms") or warm["note"].startswith("pending"), warm
+        _positive(mine["in-process: load + reset"], "open_p50_ms", "p50_ms", "max_ms")
+        cold = mine["openenv-ws cold: connect + open + reset"]
+        _positive(cold, "open_p50_ms", "p50_ms", "p90_ms", "vs_inprocess")
+        assert cold["open_p50_ms"] <= cold["p50_ms"] <= cold["p90_ms"] <= cold["max_ms"]
+        warm = mine["openenv-ws warm: connect + open + reset"]
+        if supports_pool():
+            _positive(warm, "open_p50_ms", "p50_ms", "vs_inprocess")
+        else:
+            assert warm["note"].startswith("pending"), warm
 
 
 def test_memory_per_session(run: dict[str, Any]) -> None:
@@ -139,11 +153,27 @@ def test_throughput_curve_when_the_vector_client_exists(run: dict[str, Any]) -> 
         assert run["sections"]["throughput"]["status"] == "pending"
         return
     rows = _rows(run, "throughput")
-    assert sorted(r["sessions"] for r in rows if r["obs"] == "rgb") == [1, 2, 4]
+    for mode in ("step", "send/recv"):
+        counts = sorted(r["sessions"] for r in rows if r["obs"] == "rgb" and r["mode"] == mode)
+        assert counts == [1, 2, 4], mode
     for row in rows:
         _positive(row, "steps", "steps_per_s", "vs_inprocess")
     curves = run["sections"]["throughput"]["curves"]
     assert any(label.startswith("in-process") for label in curves)
+
+
+def test_docker_row_has_numbers_or_says_why(run: dict[str, Any]) -> None:
+    if SCENARIOS["docker"].missing() is not None:
+        assert run["sections"]["docker"]["status"] == "pending"
+        return
+    rows = {(r["obs"], r["path"]): r for r in _rows(run, "docker")}
+    for obs in OBS_TYPES:
+        _positive(rows[(obs, "openenv-ws sync, local server")], "steps_per_s", "vs_inprocess")
+        docker = rows[(obs, "openenv-ws sync, Docker port")]
+        if docker.get("steps_per_s") is None:
+            assert docker["note"].startswith("could not run: "), docker
+        else:
+            _positive(docker, "p50_us", "steps_per_s", "vs_local")
 
 
 def test_markdown_has_a_table_per_scenario_that_ran(run: dict[str, Any]) -> None:
