@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from openenv_ws.client import AsyncEnvClient, EnvClient, StepResult
 from openenv_ws.protocol import Result
 
 from .models import AtariAction, AtariObservation, AtariState
+
+if TYPE_CHECKING:
+    from openenv_ws.providers import ServerProvider
 
 __all__ = ["AsyncAtariEnv", "AtariEnv", "atari_config"]
 
@@ -130,13 +135,45 @@ class AtariEnv(_AtariWire, EnvClient[AtariObservation]):
         """Start a local server subprocess and open a session on it (same as no URL)."""
         return cls(None, **options)
 
+    @classmethod
+    def from_docker_image(
+        cls, image: str, *, provider_options: Mapping[str, Any] | None = None, **options: Any
+    ) -> AtariEnv:
+        """Run `image` in a container and open a session on it.
+
+        The server port is published on a random 127.0.0.1 port; the container
+        is stopped and removed when the session closes (or if opening it fails).
+
+        Args:
+            image: a server image, e.g. built from the repository's Dockerfile.
+            provider_options: keyword arguments for
+                :class:`~openenv_ws.providers.DockerProvider` (``startup_timeout``,
+                ``environment``, ``run_options``, ...).
+            options: Atari options and client keywords, as for :class:`AtariEnv`.
+
+        Raises:
+            ServerUnavailable: no engine, no such image, or the server did not come up.
+        """
+        from openenv_ws.providers.docker import DockerProvider
+
+        provider = DockerProvider(image, **dict(provider_options or {})).start()
+        try:
+            env = cls(provider.url, **options)
+        except BaseException:
+            provider.stop()
+            raise
+        env._provider = provider
+        return env
+
     def state(self, **kwargs: Any) -> AtariState:
         state: AtariState = super().state(**kwargs)
         return state
 
 
 class AsyncAtariEnv(_AtariWire, AsyncEnvClient[AtariObservation]):
-    """The asyncio twin of :class:`AtariEnv` (a server URL is required)."""
+    """The asyncio twin of :class:`AtariEnv` (a server URL, or :meth:`from_docker_image`)."""
+
+    _provider: ServerProvider | None = None
 
     def __init__(
         self,
@@ -156,3 +193,35 @@ class AsyncAtariEnv(_AtariWire, AsyncEnvClient[AtariObservation]):
             config=atari_config(game=game, obs_type=obs_type, **options),
             **options_and_client_kwargs,
         )
+
+    @classmethod
+    async def from_docker_image(
+        cls, image: str, *, provider_options: Mapping[str, Any] | None = None, **options: Any
+    ) -> AsyncAtariEnv:
+        """Run `image` in a container and open a session on it (see
+        :meth:`AtariEnv.from_docker_image`); ``await env.close()`` stops and
+        removes the container, and so does a failure or a cancellation while opening.
+        """
+        from openenv_ws.providers.docker import DockerProvider
+
+        provider = DockerProvider(image, **dict(provider_options or {}))
+        try:
+            # The engine calls block; a cancellation stops the provider, which
+            # makes a start still running in its thread remove its container.
+            await asyncio.to_thread(provider.start)
+            env = cls(provider.url, **options)
+            env._provider = provider
+            await env.open()
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(provider.stop))
+            raise
+        return env
+
+    async def close(self) -> None:
+        """Close the session; a server this client started is stopped too. Idempotent."""
+        try:
+            await super().close()
+        finally:
+            provider, self._provider = self._provider, None
+            if provider is not None:
+                await asyncio.to_thread(provider.stop)

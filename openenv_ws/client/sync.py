@@ -26,7 +26,7 @@ from ._core import DEFAULT, ClientCore, StepResult, result_of
 from ._ws import BlockingWebSocket, normalize_url
 
 if TYPE_CHECKING:
-    from ..providers.local import LocalServerProvider
+    from ..providers import ServerProvider
 
 __all__ = ["EnvClient"]
 
@@ -75,7 +75,7 @@ class EnvClient(Generic[ObsT]):
         self.url = normalize_url(url)
         self.timeout = timeout
         self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
-        self._provider: LocalServerProvider | None = None
+        self._provider: ServerProvider | None = None
         self._ws: BlockingWebSocket | None = None
         self._ws = BlockingWebSocket(
             self.url,

@@ -1,0 +1,128 @@
+"""Real engines for the provider tests: a Docker engine with the Atari image of this checkout.
+
+The engine is whatever ``DOCKER_HOST`` names, else the private engine of
+``.ci/lib/docker-engine.sh`` if it runs (``.ci/run`` starts it in CI). Without
+one the Docker tests skip, saying how to start it (in CI a skip fails).
+
+The image is built from this checkout by ``.ci/lib/build-image.sh``, tagged
+with a digest of the files that go into it, so it is built once per change of
+the sources and always holds the code under test. ``OPENENV_WS_TEST_IMAGE``
+names an existing image to use instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE_REPO = "openenv-ws/atari"
+PRIVATE_ENGINE = "unix:///tmp/openenv-ws-docker/docker.sock"
+START_HINT = 'start one with: eval "$(.ci/lib/docker-engine.sh start)" (as root)'
+# What build-image.sh copies into the build, plus the files that say how.
+IMAGE_INPUTS = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "Dockerfile",
+    ".dockerignore",
+    "openenv_ws",
+    "atari",
+)
+
+
+def _engine() -> tuple[Any, str]:
+    """A docker client for a live engine and its address, or skip saying why."""
+    try:
+        import docker
+    except ImportError:
+        pytest.skip("the docker package is missing: pip install -e '.[docker]'")
+    chosen = os.environ.get("DOCKER_HOST")
+    # A chosen engine is the only one tried; else the usual socket, then the private engine.
+    for host in [chosen] if chosen else ["unix:///var/run/docker.sock", PRIVATE_ENGINE]:
+        if host.startswith("unix://") and not os.path.exists(host[len("unix://") :]):
+            continue
+        client = docker.from_env() if chosen else docker.DockerClient(base_url=host)
+        try:
+            client.ping()
+            return client, host
+        except docker.errors.DockerException:
+            client.close()
+    tried = chosen or f"unix:///var/run/docker.sock or {PRIVATE_ENGINE}"
+    pytest.skip(f"no Docker engine answers at {tried}; {START_HINT}")
+
+
+def image_digest() -> str:
+    digest = hashlib.sha256()
+    for name in IMAGE_INPUTS:
+        path = ROOT / name
+        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for file in files:
+            rel = file.relative_to(ROOT).as_posix()
+            if (
+                not file.is_file()
+                or "__pycache__" in rel
+                or ".egg-info" in rel
+                or rel.endswith(".pyc")
+            ):
+                continue
+            digest.update(rel.encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A client of a live engine; ``DOCKER_HOST`` points at it while the tests run."""
+    client, host = _engine()
+    saved = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = host
+    try:
+        yield client
+    finally:
+        if saved is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = saved
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def atari_image(docker_client: Any) -> str:
+    """The tag of an Atari server image holding this checkout's code."""
+    import docker
+
+    chosen = os.environ.get("OPENENV_WS_TEST_IMAGE")
+    if chosen:
+        try:
+            docker_client.images.get(chosen)
+        except docker.errors.ImageNotFound:
+            pytest.fail(f"OPENENV_WS_TEST_IMAGE={chosen} is not an image of the engine")
+        return chosen
+    tag = f"{IMAGE_REPO}:test-{image_digest()}"
+    try:
+        docker_client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    build = subprocess.run(
+        [str(ROOT / ".ci" / "lib" / "build-image.sh"), tag],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if build.returncode != 0:
+        pytest.fail(f"building {tag} failed:\n{build.stderr[-4000:]}")
+    # Images of earlier sources are of no further use; keep the engine's disk flat.
+    for image in docker_client.images.list(name=IMAGE_REPO):
+        if tag not in image.tags and all(t.startswith(f"{IMAGE_REPO}:test-") for t in image.tags):
+            docker_client.images.remove(image.id, force=True)
+    return tag
