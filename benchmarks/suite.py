@@ -45,7 +45,7 @@ class Options:
     placements: tuple[str, ...] = ("split", "shared")
     scenarios: tuple[str, ...] = ()
     seed: int = 0
-    rounds: int = 1
+    rounds: int = 3
     open_count: int = 20
     memory_sessions: int = 64
     peer_steps: int = 500
