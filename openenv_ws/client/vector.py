@@ -173,8 +173,10 @@ class VectorEnvClient:
                 max_size=max_frame_size,
             )
             self._ws.append(ws)
-            # Every open is sent before any answer is awaited: a server builds
-            # the environments one after another while the rest are on the wire.
+        # Every open is sent once all handshakes are done and before any answer is
+        # awaited: a server building one environment answers no handshake
+        # meanwhile, so interleaving them would make the servers take turns.
+        for ws, core in zip(self._ws, self._cores, strict=True):
             ws.send(encode(core.open_frame()))
         for i, (ws, core) in enumerate(zip(self._ws, self._cores, strict=True)):
             frame = ws.recv(core.decode, timeout=_left(deadline))

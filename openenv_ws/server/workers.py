@@ -23,6 +23,7 @@ import contextlib
 import logging
 import mmap
 import os
+import resource
 import signal
 import socket
 import struct
@@ -102,6 +103,14 @@ def reserve_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return _reuseport_socket(host, port)
 
 
+def _raise_open_file_limit() -> None:
+    # Each session is a socket; the soft limit (often 1024) would cap a worker's sessions.
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _die_with_parent() -> None:
     with contextlib.suppress(Exception):
         import ctypes
@@ -144,6 +153,7 @@ def run_workers(
                 _die_with_parent()
                 if os.getppid() == 1:  # the parent died before the line above
                     os._exit(0)
+                _raise_open_file_limit()
                 if board is not None:
                     board.index = index
                     board.publish(0, 0)
