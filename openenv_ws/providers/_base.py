@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ServerProvider"]
+__all__ = ["ServerProvider", "fetch_health", "http_base"]
 
 
 @runtime_checkable
@@ -27,3 +29,24 @@ class ServerProvider(Protocol):
     def stop(self) -> None:
         """Stop the server and release what it holds."""
         ...
+
+
+def http_base(ws_url: str) -> str:
+    """``ws://host:port/ws`` -> ``http://host:port`` (where ``/health`` lives)."""
+    return ws_url.replace("ws://", "http://", 1).removesuffix("/ws")
+
+
+def fetch_health(host: str, port: int, *, timeout: float) -> dict[str, Any] | None:
+    """A server's ``GET /health`` answer, or None if it does not answer 200 with JSON."""
+    conn = http.client.HTTPConnection(host.strip("[]"), port, timeout=timeout)
+    try:
+        conn.request("GET", "/health")
+        response = conn.getresponse()
+        if response.status != 200:
+            return None
+        data: dict[str, Any] = json.loads(response.read())
+        return data
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()

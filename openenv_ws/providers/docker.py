@@ -7,8 +7,6 @@ reachable engine (``DOCKER_HOST`` or the default socket).
 from __future__ import annotations
 
 import contextlib
-import http.client
-import json
 import logging
 import os
 import threading
@@ -18,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ServerUnavailable
+from ._base import fetch_health, http_base
 
 __all__ = ["DEFAULT_LABEL", "DockerProvider"]
 
@@ -118,7 +117,7 @@ class DockerProvider:
     @property
     def http_url(self) -> str:
         """The server's http:// base URL (``/health`` lives there)."""
-        return self.url.replace("ws://", "http://", 1)[: -len("/ws")]
+        return http_base(self.url)
 
     @property
     def container_id(self) -> str | None:
@@ -254,18 +253,7 @@ class DockerProvider:
         """The server's ``/health`` answer, or None if it does not answer."""
         if self.host_port is None:
             return None
-        conn = http.client.HTTPConnection(self._connect_host, self.host_port, timeout=timeout)
-        try:
-            conn.request("GET", "/health")
-            response = conn.getresponse()
-            if response.status != 200:
-                return None
-            data: dict[str, Any] = json.loads(response.read())
-            return data
-        except (OSError, ValueError, http.client.HTTPException):
-            return None
-        finally:
-            conn.close()
+        return fetch_health(self._connect_host, self.host_port, timeout=timeout)
 
     def stop(self) -> None:
         """Stop and remove the container. Idempotent, and final: a stopped provider

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import http.client
-import json
 import os
 import re
 import signal
@@ -31,6 +29,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from ..errors import ServerUnavailable
+from ._base import fetch_health, http_base
 
 __all__ = ["LocalServerProvider"]
 
@@ -98,7 +97,7 @@ class LocalServerProvider:
     @property
     def http_url(self) -> str:
         """The server's http:// base URL (``/health`` lives there)."""
-        return self.url.replace("ws://", "http://", 1)[: -len("/ws")]
+        return http_base(self.url)
 
     def start(self) -> LocalServerProvider:
         """Start the server and wait until ``/health`` answers.
@@ -181,18 +180,7 @@ class LocalServerProvider:
         """The server's ``/health`` answer, or None if it does not answer."""
         if self.port is None:
             return None
-        conn = http.client.HTTPConnection(self.host.strip("[]"), self.port, timeout=timeout)
-        try:
-            conn.request("GET", "/health")
-            response = conn.getresponse()
-            if response.status != 200:
-                return None
-            data: dict[str, Any] = json.loads(response.read())
-            return data
-        except (OSError, ValueError):
-            return None
-        finally:
-            conn.close()
+        return fetch_health(self.host, self.port, timeout=timeout)
 
     @property
     def pid(self) -> int | None:
