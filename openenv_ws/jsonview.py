@@ -158,7 +158,7 @@ def frame_to_json(frame: ClientFrame | ServerFrame) -> bytes:
     return json.dumps(to_json_value(dict(frame_fields(frame))), separators=(",", ":")).encode()
 
 
-def _parse(data: bytes | str, defaults: dict[str, Any] | None) -> dict[str, Any]:
+def _parse(data: bytes | bytearray | str, defaults: dict[str, Any] | None) -> dict[str, Any]:
     try:
         obj = json.loads(data) if data else {}
     except (ValueError, RecursionError) as exc:
@@ -173,7 +173,7 @@ def _parse(data: bytes | str, defaults: dict[str, Any] | None) -> dict[str, Any]
 
 
 def client_frame_from_json(
-    data: bytes | str, *, defaults: dict[str, Any] | None = None
+    data: bytes | bytearray | str, *, defaults: dict[str, Any] | None = None
 ) -> ClientFrame:
     """Read the JSON view of a client frame; `defaults` fill absent keys (e.g. ``op``, ``id``).
 
@@ -184,6 +184,6 @@ def client_frame_from_json(
     return client_frame_from_map(_parse(data, defaults))
 
 
-def server_frame_from_json(data: bytes | str) -> ServerFrame:
+def server_frame_from_json(data: bytes | bytearray | str) -> ServerFrame:
     """Read the JSON view of a server frame (errors as :func:`client_frame_from_json`)."""
     return server_frame_from_map(_parse(data, None))

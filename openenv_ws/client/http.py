@@ -1,8 +1,8 @@
 """The HTTP fallback client: the :class:`~openenv_ws.client.EnvClient` API over plain HTTP.
 
 For networks where WebSockets do not pass. Each call is one HTTP request on
-a kept-alive connection (``http.client``, no extra dependency) to the
-server's ``/v1/sessions`` routes; bodies are protocol v1 frames in
+a kept-alive connection (:mod:`openenv_ws.client._http`) to the server's
+``/v1/sessions`` routes; bodies are protocol v1 frames in
 MessagePack (default) or their JSON view.
 
 It also runs clients written in the style of OpenEnv's ``HTTPEnvClient``: a
@@ -15,9 +15,6 @@ session still travels as protocol v1 frames.
 from __future__ import annotations
 
 import contextlib
-import http.client
-import select
-import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -25,13 +22,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..environment import EnvSpec
-from ..errors import (
-    InvalidState,
-    PayloadTooBig,
-    ProtocolError,
-    RequestTimeout,
-    ServerUnavailable,
-)
+from ..errors import InvalidState, ProtocolError, ServerUnavailable
 from ..jsonview import frame_to_json, server_frame_from_json
 from ..openenv_dialect import action_from_openenv, legal_actions, result_payload, state_payload
 from ..protocol import (
@@ -48,6 +39,7 @@ from ..protocol import (
     encode,
 )
 from ._core import DEFAULT, ClientCore, StepResult, result_of
+from ._http import HTTPConnection
 
 if TYPE_CHECKING:
     from ..providers.local import LocalServerProvider
@@ -78,86 +70,6 @@ def http_base(url: str) -> tuple[str, str, int, str]:
         prefix = prefix[:-3]
     port = parts.port or (443 if scheme == "https" else 80)
     return scheme, parts.hostname, port, prefix
-
-
-class _Connection:
-    """One kept-alive HTTP connection, reopened when the server has closed it."""
-
-    def __init__(self, scheme: str, host: str, port: int) -> None:
-        self.scheme = scheme
-        self.host = host
-        self.port = port
-        self._conn: http.client.HTTPConnection | None = None
-
-    def _fresh(self, timeout: float | None) -> http.client.HTTPConnection:
-        conn = self._conn
-        if conn is not None and conn.sock is not None:
-            # A kept-alive connection the server closed (its keep-alive timeout) is
-            # readable at EOF: reopen before sending rather than lose the request.
-            readable, _, _ = select.select([conn.sock], [], [], 0)
-            if readable:
-                conn.close()
-        if conn is None:
-            cls = (
-                http.client.HTTPSConnection
-                if self.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            conn = self._conn = cls(self.host, self.port, timeout=timeout)
-        if conn.sock is None:
-            conn.timeout = timeout
-            conn.connect()
-            assert conn.sock is not None
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        else:
-            conn.sock.settimeout(timeout)
-        return conn
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None,
-        headers: dict[str, str],
-        timeout: float | None,
-        max_size: int,
-    ) -> tuple[int, str, bytes]:
-        """Send one request; (status, content type, body) of the reply.
-
-        Raises:
-            ServerUnavailable: the server cannot be reached.
-            RequestTimeout: no complete reply within `timeout`.
-            PayloadTooBig: the reply is larger than `max_size`.
-        """
-        try:
-            conn = self._fresh(timeout)
-            conn.request(method, path, body=body, headers=headers)
-            response = conn.getresponse()
-            length = response.getheader("content-length")
-            if length is not None and length.isdigit() and int(length) > max_size:
-                self.close()
-                raise PayloadTooBig(int(length), max_size)
-            data = response.read()
-        except TimeoutError:
-            self.close()  # the reply may still come: the connection cannot be reused
-            raise RequestTimeout(
-                f"no reply to {method} {path} within {timeout} s from {self.host}:{self.port}"
-            ) from None
-        except (OSError, http.client.HTTPException) as exc:
-            self.close()
-            raise ServerUnavailable(
-                f"HTTP request to {self.scheme}://{self.host}:{self.port}{path} failed "
-                f"({type(exc).__name__}: {exc}); is the server running?"
-            ) from None
-        if len(data) > max_size:
-            self.close()
-            raise PayloadTooBig(len(data), max_size)
-        return response.status, response.getheader("content-type", ""), data
-
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
 
 
 class HTTPEnvClient(Generic[ObsT]):
@@ -216,14 +128,14 @@ class HTTPEnvClient(Generic[ObsT]):
         self.timeout = timeout
         self.encoding = encoding
         self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
-        self._conn = _Connection(scheme, host, port)
+        media = _MSGPACK if encoding == "msgpack" else _JSON
+        headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
+        self._conn = HTTPConnection(scheme, host, port, headers)
         self._prefix = prefix
         self._path: str | None = None
         self._closed = False
         self._legal: list[int] = []
         self._provider: LocalServerProvider | None = None
-        media = _MSGPACK if encoding == "msgpack" else _JSON
-        self._headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
         # OpenEnv-style hooks, looked up once.
         self._step_payload_hook = getattr(self, "_step_payload", None)
         self._parse_result_hook = getattr(self, "_parse_result", None)
@@ -286,11 +198,11 @@ class HTTPEnvClient(Generic[ObsT]):
         if frame is not None:
             body = encode(frame) if self.encoding == "msgpack" else frame_to_json(frame)
         status, media, data = self._conn.request(
-            method, path, body, self._headers, timeout, self._core.max_frame_size
+            method, path, body, timeout, self._core.max_frame_size
         )
         try:
             if media.startswith(_MSGPACK):
-                reply = self._core.decode(data)
+                reply = self._core.decode(memoryview(data))
             elif media.startswith(_JSON):
                 reply = server_frame_from_json(data)
             else:
