@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import ipaddress
 import logging
+import os
+import secrets
 import sys
 import time
 from collections.abc import Sequence
@@ -38,15 +39,6 @@ def _load_factory(spec: str) -> EnvFactory:
     return factory
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _json_config(text: str, flag: str) -> dict[str, Any]:
     """A JSON object given on the command line, or a SystemExit saying what is wrong."""
     import json
@@ -61,33 +53,85 @@ def _json_config(text: str, flag: str) -> dict[str, Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from .server import ServerLimits, bind_socket, create_app, uvicorn_config
+    from .server.auth import TOKEN_ENV, exposure_warning
+    from .server.drain import DrainingServer
+    from .server.workers import WorkerBoard, reserve_port, run_workers
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     limits = ServerLimits(
         max_sessions=args.max_sessions,
         max_frame_size=args.max_frame_size,
+        idle_timeout=args.idle_timeout or None,
+        resume_grace=args.grace,
+        drain_timeout=args.drain_timeout,
         http_session_ttl=args.http_session_ttl or None,
     )
+    token = args.token or os.environ.get(TOKEN_ENV) or None
     openenv_config = _json_config(args.openenv_config, "--openenv-config")
-    app = create_app(
-        _load_factory(args.env), limits=limits, web=args.web, openenv_config=openenv_config
-    )
-    sock = bind_socket(args.host, args.port)
+    factory = _load_factory(args.env)
+    board = WorkerBoard(args.workers) if args.workers > 1 else None
+    if board is not None and args.env == "atari":
+        # One key for all workers: a client's sessions may sit on different ones.
+        from atari.environment import SNAPSHOT_KEY_ENV
+
+        os.environ.setdefault(SNAPSHOT_KEY_ENV, secrets.token_hex(32))
+
+    def build_app() -> Any:  # in each worker, after the fork
+        return create_app(
+            factory,
+            limits=limits,
+            web=args.web,
+            token=token,
+            openenv_config=openenv_config,
+            pool=_warm_pool(args, factory),
+            workers=board,
+        )
+
+    sock = reserve_port(args.host, args.port) if board else bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    if not _is_loopback(args.host):
-        logger.warning("serving on a non-loopback address (%s) without authentication", args.host)
+    warning = exposure_warning(args.host, token)
+    if warning is not None:
+        logger.warning(warning)
     config = uvicorn_config(
-        app, host=args.host, port=port, max_frame_size=args.max_frame_size, log_level=args.log_level
+        build_app() if board is None else None,
+        host=args.host,
+        port=port,
+        max_frame_size=args.max_frame_size,
+        log_level=args.log_level,
+        ping_interval=args.ping_interval or None,
+        ping_timeout=args.ping_timeout or None,
+        timeout_graceful_shutdown=args.drain_timeout,
     )
     print(f"openenv-ws: serving protocol v1 on ws://{shown}:{port}/ws", flush=True)
     if args.web:
         print(f"openenv-ws: web page on http://{shown}:{port}/web/", flush=True)
-    uvicorn.Server(config).run(sockets=[sock])
+    if board is not None:
+
+        def serve_worker(listener: Any, index: int) -> None:
+            config.app = build_app()
+            DrainingServer(config).run(sockets=[listener])
+
+        return run_workers(args.workers, serve_worker, host=args.host, port=port, board=board)
+    DrainingServer(config).run(sockets=[sock])
     return 0
+
+
+def _warm_pool(args: argparse.Namespace, factory: EnvFactory) -> Any:
+    """The ``--pool-size`` warm pool (None when 0); Atari configs are keyed after normalizing."""
+    if args.pool_size <= 0:
+        return None
+    from .server.pool import WarmPool, normalized_key
+
+    warm = [_json_config(text, "--pool-warm") for text in args.pool_warm]
+    key = None
+    if args.env == "atari":
+        from atari import normalize_config
+
+        key = normalized_key(normalize_config)
+        warm = warm or [{}]
+    return WarmPool(factory, size=args.pool_size, key=key, warm=warm)
 
 
 def _pong_policy(frame: Any) -> int:
@@ -181,10 +225,65 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
     serve.add_argument(
+        "--token",
+        default=None,
+        help="bearer token clients must send (default: the OPENENV_WS_TOKEN environment "
+        "variable, which also keeps it out of the process list)",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="close connections that send no request for this many seconds (0: never)",
+    )
+    serve.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="seconds a session whose connection dropped waits to be resumed (0: no resume)",
+    )
+    serve.add_argument(
+        "--ping-interval",
+        type=float,
+        default=20.0,
+        help="seconds between WebSocket pings to each client (0: no heartbeat)",
+    )
+    serve.add_argument(
+        "--ping-timeout",
+        type=float,
+        default=20.0,
+        help="seconds to wait for a pong before dropping the connection",
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        help="on SIGTERM, seconds to let in-flight replies finish before closing what is left",
+    )
+    serve.add_argument(
         "--no-web",
         dest="web",
         action="store_false",
         help="do not serve the web page (/ and /web/) to watch or play a session",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port (ALE holds the GIL: one core each)",
+    )
+    serve.add_argument(
+        "--pool-size",
+        type=int,
+        default=2,
+        help="ready-built environments kept per configuration, per worker (0: no warm pool)",
+    )
+    serve.add_argument(
+        "--pool-warm",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="a config to keep warm from the start (repeatable; atari default: '{}')",
     )
     serve.set_defaults(func=cmd_serve)
 

@@ -16,8 +16,9 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ..environment import EnvSpec
-from ..errors import ProtocolError, RemoteEnvError, SessionClosed
+from ..errors import AuthError, OpenEnvError, ProtocolError, RemoteEnvError, SessionClosed
 from ..protocol import (
+    ERRORS,
     MAX_ID,
     PROTOCOL_VERSION,
     Error,
@@ -38,6 +39,8 @@ ObsT = TypeVar("ObsT")
 DEFAULT: Any = type("_Default", (), {"__repr__": lambda self: "DEFAULT"})()
 
 TOKEN_ENV = "OPENENV_WS_TOKEN"
+# Fatal errors the server sends on its own (id nil): the session ends, no request failed.
+_SESSION_ENDINGS = frozenset({"idle_timeout", "shutting_down"})
 
 
 @dataclass(slots=True)
@@ -112,11 +115,19 @@ class ClientCore:
     def check(self, frame: ServerFrame) -> ServerFrame:
         """Raise for an error frame; remember fatal ones so later calls say why."""
         if isinstance(frame, Error):
-            error = RemoteEnvError(
+            error: OpenEnvError = RemoteEnvError(
                 frame.code, frame.message, fatal=frame.fatal, request_id=frame.id
             )
             if frame.fatal:
-                self.closed_error = SessionClosed(None, f"the server ended the session: {error}")
+                info = ERRORS.get(frame.code)
+                self.closed_error = SessionClosed(
+                    info.close_code if info else None, f"the server ended the session: {error}"
+                )
+                if frame.id is None and frame.code in _SESSION_ENDINGS:
+                    # Not an answer to the request: the session ended under it.
+                    raise self.closed_error
+            if frame.code == "auth":
+                error = AuthError(f"the server refused the credentials: {frame.message}")
             raise error
         return frame
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
@@ -11,8 +12,16 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
+from .._logsafe import redact_credentials
 from ..environment import EnvSpec
-from ..errors import AuthError, InvalidState, RequestTimeout, ServerUnavailable, SessionClosed
+from ..errors import (
+    AuthError,
+    InvalidState,
+    OpenEnvError,
+    RequestTimeout,
+    ServerUnavailable,
+    SessionClosed,
+)
 from ..protocol import (
     Close,
     GetState,
@@ -27,9 +36,12 @@ from ..protocol import (
     encode,
 )
 from ._core import DEFAULT, ClientCore, StepResult, result_of
+from ._resume import Resumption, can_resume
 from ._ws import normalize_url
 
 __all__ = ["AsyncEnvClient"]
+
+logger = logging.getLogger("openenv_ws.client")
 
 ObsT = TypeVar("ObsT")
 
@@ -41,7 +53,9 @@ class AsyncEnvClient(Generic[ObsT]):
     as ``async with AsyncEnvClient(url, config=...) as env``. Requests from
     several tasks on one client are served one at a time, in order.
 
-    Args: as :class:`~openenv_ws.client.EnvClient`.
+    Args: as :class:`~openenv_ws.client.EnvClient` (without ``busy_poll``).
+    This client answers heartbeat pings in the background, so it stays
+    connected between calls however long they are apart.
     """
 
     def __init__(
@@ -53,10 +67,14 @@ class AsyncEnvClient(Generic[ObsT]):
         open_timeout: float | None = 30.0,
         timeout: float | None = 60.0,
         max_frame_size: int = 64 << 20,
+        resume: bool = True,
+        resume_timeout: float = 30.0,
     ) -> None:
+        redact_credentials()  # websockets logs handshake headers at debug level
         self.url = normalize_url(url)
         self.timeout = timeout
         self.open_timeout = open_timeout
+        self.resume_timeout = resume_timeout if resume else 0.0
         self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
         self._ws: ClientConnection | None = None
         self._lock = asyncio.Lock()
@@ -73,8 +91,16 @@ class AsyncEnvClient(Generic[ObsT]):
         """Connect and send ``open``; called by ``async with`` and :meth:`connect`."""
         if self._ws is not None:
             return
+        self._ws = await self._connect(self.open_timeout)
         try:
-            self._ws = await asyncio.wait_for(
+            self._core.opened(await self._request(self._core.open_frame(), self.open_timeout))
+        except BaseException:
+            await self._ws.close()
+            raise
+
+    async def _connect(self, open_timeout: float | None) -> ClientConnection:
+        try:
+            return await asyncio.wait_for(
                 connect(
                     self.url,
                     compression=None,
@@ -84,7 +110,7 @@ class AsyncEnvClient(Generic[ObsT]):
                     open_timeout=None,
                     user_agent_header="openenv-ws",
                 ),
-                self.open_timeout,
+                open_timeout,
             )
         except InvalidStatus as exc:
             status = exc.response.status_code
@@ -101,11 +127,6 @@ class AsyncEnvClient(Generic[ObsT]):
                 f"cannot connect to {self.url} ({exc or type(exc).__name__}); "
                 "is the server running?"
             ) from None
-        try:
-            self._core.opened(await self._request(self._core.open_frame(), self.open_timeout))
-        except BaseException:
-            await self._ws.close()
-            raise
 
     @property
     def spec(self) -> EnvSpec:
@@ -118,8 +139,7 @@ class AsyncEnvClient(Generic[ObsT]):
         return self._core.session_id
 
     async def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
-        ws = self._ws
-        if ws is None:
+        if self._ws is None:
             raise InvalidState(
                 "the client is not open; use 'async with' or await open()", code="not_open"
             )
@@ -127,26 +147,64 @@ class AsyncEnvClient(Generic[ObsT]):
             raise self._core.closed_error or InvalidState(
                 "the client is closed; create a new one to open another session", code="closed"
             )
-        rid = frame.id
+        data = encode(frame)
         async with self._lock:
+            if self._core.closed_error is not None:
+                raise self._core.closed_error
             try:
-                await ws.send(encode(frame))
-                async with asyncio.timeout(timeout):
-                    while True:
-                        reply = self._core.decode(await ws.recv(decode=False))
-                        if self._core.is_reply(rid, reply):
-                            break
-            except TimeoutError:
-                raise RequestTimeout(
-                    f"no reply to '{frame.OP}' within {timeout} s; a late reply will be discarded"
-                ) from None
-            except ConnectionClosed as exc:
-                rcvd = exc.rcvd
-                raise self._core.closed_error or SessionClosed(
-                    rcvd.code if rcvd else None,
-                    rcvd.reason if rcvd else "the connection dropped without a close frame",
-                ) from None
+                reply = await self._exchange(self._ws, data, frame.id, timeout, frame.OP)
+            except SessionClosed as exc:
+                if self._core.closed_error is not None:
+                    raise self._core.closed_error from None
+                if not (self.resume_timeout > 0 and can_resume(self._core, exc)):
+                    raise
+                reply = await self._resume(data, frame.id, timeout, frame.OP, exc)
         return self._core.check(reply)
+
+    async def _exchange(
+        self, ws: ClientConnection, data: bytes, rid: int, timeout: float | None, op: str
+    ) -> ServerFrame:
+        """Send one request and return its reply (late replies to earlier ones are skipped)."""
+        try:
+            await ws.send(data)
+            async with asyncio.timeout(timeout):
+                while True:
+                    reply = self._core.decode(await ws.recv(decode=False))
+                    if self._core.is_reply(rid, reply):
+                        return reply
+        except TimeoutError:
+            raise RequestTimeout(
+                f"no reply to '{op}' within {timeout} s; a late reply will be discarded"
+            ) from None
+        except ConnectionClosed as exc:
+            rcvd = exc.rcvd
+            raise SessionClosed(
+                rcvd.code if rcvd else None,
+                rcvd.reason if rcvd else "the connection dropped without a close frame",
+            ) from None
+
+    async def _resume(
+        self, data: bytes, rid: int, timeout: float | None, op: str, cause: SessionClosed
+    ) -> ServerFrame:
+        """Reconnect, take the session back and re-send `data`; its reply, or raise why not."""
+        logger.info("connection to %s dropped (%s); resuming the session", self.url, cause.reason)
+        attempt = Resumption(self._core, self.url, cause, self.resume_timeout)
+        while True:
+            try:
+                ws = await self._connect(attempt.connect_timeout(self.open_timeout))
+                try:
+                    frame = attempt.open_frame()
+                    opened = await self._exchange(
+                        ws, encode(frame), frame.id, self.open_timeout, "open"
+                    )
+                    attempt.opened(opened)
+                except BaseException:
+                    await ws.close()
+                    raise
+                self._ws = ws
+                return await self._exchange(ws, data, rid, timeout, op)
+            except OpenEnvError as exc:
+                await asyncio.sleep(attempt.retry_after(exc))
 
     def _t(self, timeout: float | None) -> float | None:
         return self.timeout if timeout is DEFAULT else timeout
@@ -195,6 +253,7 @@ class AsyncEnvClient(Generic[ObsT]):
 
     async def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
+        self.resume_timeout = 0.0  # a session being closed is not worth resuming
         if self._closed or self._ws is None:
             self._closed = True
             return

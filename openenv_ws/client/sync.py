@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
 from ..environment import EnvSpec
-from ..errors import InvalidState, SessionClosed
+from ..errors import InvalidState, OpenEnvError, SessionClosed
 from ..protocol import (
     Close,
     GetState,
@@ -23,12 +25,15 @@ from ..protocol import (
     encode,
 )
 from ._core import DEFAULT, ClientCore, StepResult, result_of
+from ._resume import Resumption, can_resume
 from ._ws import BlockingWebSocket, normalize_url
 
 if TYPE_CHECKING:
     from ..providers import ServerProvider
 
 __all__ = ["EnvClient"]
+
+logger = logging.getLogger("openenv_ws.client")
 
 ObsT = TypeVar("ObsT")
 
@@ -54,6 +59,17 @@ class EnvClient(Generic[ObsT]):
         busy_poll: seconds to spin before sleeping while waiting for a reply
             (0: never spin). Spinning costs client CPU and saves the kernel's
             wake-up latency, which dominates step latency on some VMs.
+        resume: when the connection drops mid-session, reconnect and resume
+            the session transparently (the request in flight is re-sent and
+            is applied once); if that is impossible, :class:`SessionClosed`
+            says why.
+        resume_timeout: seconds to keep trying to resume.
+
+    This client answers the server's heartbeat pings while it waits for a
+    reply, not between calls: a client that makes no call for longer than the
+    server's heartbeat timeout (``--ping-interval`` + ``--ping-timeout``, 40 s
+    by default) is disconnected, and its next call resumes the session if the
+    server still keeps it (``--grace``, 30 s by default).
 
     Raises:
         ServerUnavailable: nothing answers at `url`.
@@ -71,19 +87,18 @@ class EnvClient(Generic[ObsT]):
         timeout: float | None = 60.0,
         max_frame_size: int = 64 << 20,
         busy_poll: float = 0.0,
+        resume: bool = True,
+        resume_timeout: float = 30.0,
     ) -> None:
         self.url = normalize_url(url)
         self.timeout = timeout
+        self.open_timeout = open_timeout
+        self.busy_poll = busy_poll
+        self.resume_timeout = resume_timeout if resume else 0.0
         self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
         self._provider: ServerProvider | None = None
         self._ws: BlockingWebSocket | None = None
-        self._ws = BlockingWebSocket(
-            self.url,
-            open_timeout=open_timeout,
-            headers=self._core.headers(),
-            max_size=max_frame_size,
-            busy_poll=busy_poll,
-        )
+        self._ws = self._connect(open_timeout)
         try:
             self._core.opened(self._request(self._core.open_frame(), open_timeout))
         except BaseException:
@@ -130,21 +145,57 @@ class EnvClient(Generic[ObsT]):
 
     # ------------------------------------------------------------------ requests
 
+    def _connect(self, open_timeout: float | None) -> BlockingWebSocket:
+        return BlockingWebSocket(
+            self.url,
+            open_timeout=open_timeout,
+            headers=self._core.headers(),
+            max_size=self._core.max_frame_size,
+            busy_poll=self.busy_poll,
+        )
+
+    def _reply(self, ws: BlockingWebSocket, rid: int, timeout: float | None) -> ServerFrame:
+        decode, is_reply = self._core.decode, self._core.is_reply
+        while True:
+            reply = ws.recv(decode, timeout=timeout)
+            if is_reply(rid, reply):
+                return reply
+
     def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
         ws = self._ws
         if ws is None or ws.closed:
             raise self._closed_error()
-        rid = frame.id
-        ws.send(encode(frame))
-        decode = self._core.decode
+        data = encode(frame)
         try:
-            while True:
-                reply = ws.recv(decode, timeout=timeout)
-                if self._core.is_reply(rid, reply):
-                    break
+            ws.send(data)
+            reply = self._reply(ws, frame.id, timeout)
         except SessionClosed as exc:
-            raise self._core.closed_error or exc from None
+            if self._core.closed_error is not None:
+                raise self._core.closed_error from None
+            if not (self.resume_timeout > 0 and can_resume(self._core, exc)):
+                raise
+            reply = self._resume(data, frame.id, timeout, exc)
         return self._core.check(reply)
+
+    def _resume(self, data: bytes, rid: int, timeout: float | None, cause: SessionClosed) -> Any:
+        """Reconnect, take the session back and re-send `data`; its reply, or raise why not."""
+        logger.info("connection to %s dropped (%s); resuming the session", self.url, cause.reason)
+        attempt = Resumption(self._core, self.url, cause, self.resume_timeout)
+        while True:
+            try:
+                ws = self._connect(attempt.connect_timeout(self.open_timeout))
+                try:
+                    frame = attempt.open_frame()
+                    ws.send(encode(frame))
+                    attempt.opened(self._reply(ws, frame.id, self.open_timeout))
+                except BaseException:
+                    ws.close(timeout=0.1)
+                    raise
+                self._ws = ws
+                ws.send(data)
+                return self._reply(ws, rid, timeout)
+            except OpenEnvError as exc:
+                time.sleep(attempt.retry_after(exc))
 
     def _closed_error(self) -> Exception:
         if self._core.closed_error is not None:
@@ -206,6 +257,7 @@ class EnvClient(Generic[ObsT]):
 
     def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
+        self.resume_timeout = 0.0  # a session being closed is not worth resuming
         ws = self._ws
         if ws is not None and not ws.closed:
             try:

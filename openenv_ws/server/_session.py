@@ -70,6 +70,7 @@ class ServerSession:
         "_release",
         "env",
         "machine",
+        "resume_token",
         "session_id",
         "steps",
     )
@@ -91,6 +92,8 @@ class ServerSession:
         self.machine = SessionMachine()
         self.session_id = uuid.uuid4().hex
         self.steps = 0
+        #: Sent in ``opened`` when the server offers resumption (see server/reliability.py).
+        self.resume_token: str | None = None
 
     # ------------------------------------------------------------------ entry points
 
@@ -193,12 +196,18 @@ class ServerSession:
             self._leave()
             raise
         self.machine.served("open")
+        return self.opened_reply(frame.id), None
+
+    def opened_reply(self, rid: int) -> bytes:
+        """The encoded ``opened`` of this open session (also sent again on resume)."""
+        assert self.env is not None
         opened = Opened(
-            id=frame.id,
+            id=rid,
             session_id=self.session_id,
             spec=self.env.spec.to_wire(),
+            resume_token=self.resume_token,
         )
-        return encode(opened), None
+        return encode(opened)
 
     def _leave(self) -> None:
         if self._admitted:

@@ -18,9 +18,13 @@ from .. import __version__
 from ..environment import EnvFactory
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
 from ..web import web_routes
-from ._session import CloseRequest, ServerSession
+from ._session import ServerSession
+from .auth import TokenAuth
 from .http import HTTPSessionStore, http_routes
 from .openenv_compat import OpenEnvCompat
+from .pool import WarmPool
+from .reliability import Supervisor
+from .workers import WorkerBoard
 
 __all__ = ["ServerLimits", "SessionRegistry", "create_app"]
 
@@ -39,12 +43,21 @@ class ServerLimits:
     Attributes:
         max_sessions: sessions hosted at once; the next ``open`` gets ``capacity``.
         max_frame_size: largest request frame in bytes (larger: close 1009).
+        idle_timeout: seconds a connection may go without sending a request
+            before the server closes it (``idle_timeout``, close 1001); None: never.
+        resume_grace: seconds a session whose connection dropped waits for its
+            client to resume it; 0 or None: sessions end with their connection.
+        drain_timeout: seconds a draining server waits for replies still being
+            written before it closes what is left.
         http_session_ttl: seconds an HTTP session (fallback routes or OpenEnv's
             HTTP routes) may go without a request before it is closed; None: never.
     """
 
     max_sessions: int = 1024
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    idle_timeout: float | None = 600.0
+    resume_grace: float | None = 30.0
+    drain_timeout: float = 10.0
     http_session_ttl: float | None = 300.0
 
 
@@ -55,6 +68,8 @@ class SessionRegistry:
     limits: ServerLimits
     active: set[ServerSession] = field(default_factory=set)
     opened_total: int = 0
+    #: Called after every admit and release (e.g. to publish counts to other workers).
+    on_change: Callable[[SessionRegistry], None] | None = None
 
     def admit(self, session: ServerSession) -> tuple[str, str] | None:
         """Take `session` in, or say why not (``capacity``)."""
@@ -66,10 +81,14 @@ class SessionRegistry:
             )
         self.active.add(session)
         self.opened_total += 1
+        if self.on_change is not None:
+            self.on_change(self)
         return None
 
     def release(self, session: ServerSession) -> None:
         self.active.discard(session)
+        if self.on_change is not None:
+            self.on_change(self)
 
     def health(self) -> dict[str, Any]:
         return {
@@ -83,21 +102,16 @@ class SessionRegistry:
 
 
 class SessionEndpoint:
-    """Raw ASGI WebSocket endpoint: one :class:`ServerSession` per connection.
+    """Raw ASGI WebSocket endpoint: one session per connection.
 
     It talks ASGI directly rather than through Starlette's ``WebSocket``
     wrapper: the per-message work is one receive, one session call, one send.
+    The message loop lives in :class:`~openenv_ws.server.reliability.Supervisor`,
+    which also handles idle timeouts, resumption and draining.
     """
 
-    def __init__(
-        self,
-        env_factory: EnvFactory,
-        registry: SessionRegistry,
-        *,
-        openenv: OpenEnvCompat | None = None,
-    ) -> None:
-        self._factory = env_factory
-        self._registry = registry
+    def __init__(self, supervisor: Supervisor, *, openenv: OpenEnvCompat | None = None) -> None:
+        self._supervisor = supervisor
         self._openenv = openenv
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -109,37 +123,7 @@ class SessionEndpoint:
             # A first text message holding an OpenEnv message selects OpenEnv's JSON dialect.
             dialect = self._openenv.websocket(receive, send)
             receive, send = dialect.receive, dialect.send
-        registry = self._registry
-        session = ServerSession(
-            self._factory,
-            max_frame_size=registry.limits.max_frame_size,
-            admit=registry.admit,
-            release=registry.release,
-        )
-        try:
-            await self._serve(session, receive, send)
-        finally:
-            session.close()
-
-    async def _serve(self, session: ServerSession, receive: Receive, send: Send) -> None:
-        handle = session.handle
-        while True:
-            message = await receive()
-            if message["type"] != "websocket.receive":
-                return  # websocket.disconnect: the peer is gone
-            data = message.get("bytes")
-            close: CloseRequest | None
-            if data is None:
-                reply, close = session.refuse(
-                    "text_frame",
-                    "text messages are not protocol v1 frames; send binary MessagePack frames",
-                )
-            else:
-                reply, close = handle(data)
-            await send({"type": "websocket.send", "bytes": reply})
-            if close is not None:
-                await send({"type": "websocket.close", "code": close.code, "reason": close.reason})
-                return
+        await self._supervisor.run(scope, receive, send)
 
 
 def create_app(
@@ -147,27 +131,41 @@ def create_app(
     *,
     limits: ServerLimits | None = None,
     web: bool = True,
+    token: str | None = None,
     openenv_config: Mapping[str, Any] | None = None,
+    pool: WarmPool | None = None,
+    workers: WorkerBoard | None = None,
 ) -> Starlette:
     """Build the Starlette app serving `env_factory`'s environments.
 
     Args:
         env_factory: makes one environment per session from its ``open`` config.
-        limits: per-process limits (sessions, frame size, HTTP session TTL).
+        limits: per-process limits (sessions, frame size).
         web: serve the web page to watch or play a session (``/`` and ``/web/``).
+        token: a bearer token every route but ``/health`` and every session
+            needs (see :mod:`openenv_ws.server.auth`); None: no authentication.
         openenv_config: the environment config of sessions opened by OpenEnv's
             clients (its JSON dialect on ``/ws``, its HTTP routes), whose
             requests carry none (see :mod:`openenv_ws.server.openenv_compat`).
+        pool: warm environments for new sessions (see :mod:`openenv_ws.server.pool`);
+            it is started and closed with the app, and ``/health`` shows its counters.
+        workers: this worker's slot in a multi-process server (see
+            :mod:`openenv_ws.server.workers`); ``/health`` then reports every worker.
 
     Returns:
         A Starlette app with ``WS /ws`` (protocol v1, and OpenEnv's dialect),
-        ``GET /health``, the HTTP fallback under ``/v1/sessions`` (see
-        :mod:`openenv_ws.server.http`), OpenEnv's HTTP routes and, with `web`,
-        the page's routes (see :mod:`openenv_ws.web`).
+        ``GET /health``, ``GET /metrics`` (Prometheus), the HTTP fallback under
+        ``/v1/sessions`` (see :mod:`openenv_ws.server.http`), OpenEnv's HTTP
+        routes and, with `web`, the page's routes (see :mod:`openenv_ws.web`).
     """
     registry = SessionRegistry(limits or ServerLimits())
+    if workers is not None:
+        board = workers
+        registry.on_change = lambda r: board.publish(len(r.active), r.opened_total)
+    session_factory = pool.factory if pool is not None else env_factory
+    supervisor = Supervisor(session_factory, registry, token=token)
     http_sessions = HTTPSessionStore(
-        env_factory,
+        session_factory,
         admit=registry.admit,
         release=registry.release,
         ttl=registry.limits.http_session_ttl,
@@ -176,25 +174,39 @@ def create_app(
     openenv = OpenEnvCompat(http_sessions, openenv_config, __version__)
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({**registry.health(), "http_sessions": len(http_sessions)})
+        body = {**registry.health(), **supervisor.health(), "http_sessions": len(http_sessions)}
+        if pool is not None:
+            body["pool"] = pool.stats()
+        if workers is not None:
+            body.update(workers.health())
+        return JSONResponse(body)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         http_sessions.start()
+        if pool is not None:
+            pool.start()
         try:
-            yield
+            async with supervisor.lifespan(app):
+                yield
         finally:
             await http_sessions.aclose()
+            if pool is not None:
+                pool.close()
 
     routes: list[BaseRoute] = [
-        WebSocketRoute(WS_PATH, SessionEndpoint(env_factory, registry, openenv=openenv)),
+        WebSocketRoute(WS_PATH, SessionEndpoint(supervisor, openenv=openenv)),
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", supervisor.metrics.endpoint, methods=["GET"]),
         *http_routes(http_sessions),
         *openenv.routes(),
     ]
     if web:
         routes += web_routes(env_factory)
     app = Starlette(routes=routes, lifespan=lifespan)
+    if token is not None:
+        app.add_middleware(TokenAuth, token=token)
     app.state.registry = registry
+    app.state.supervisor = supervisor
     app.state.http_sessions = http_sessions
     return app

@@ -1,0 +1,172 @@
+"""Optional bearer-token authentication, as an ASGI middleware.
+
+With a token configured, every HTTP route and the WebSocket handshake need
+``Authorization: Bearer <token>``; a wrong header is refused with HTTP 401
+before anything else runs, so routes added to the app later are covered
+without further work. ``GET /health`` stays public: liveness probes (Docker
+``HEALTHCHECK``, Kubernetes, the local server provider) carry no secrets, and
+the answer holds only counters, never a session id or a token.
+
+A WebSocket handshake *without* an ``Authorization`` header is let through
+(browsers cannot set that header on a WebSocket); such a connection must then
+carry the token in its ``open`` frame, or ``open`` is refused with the fatal
+error ``auth`` and close code 1008.
+
+Tokens are compared with :func:`hmac.compare_digest` and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+__all__ = [
+    "AUTHENTICATED",
+    "PUBLIC_PATHS",
+    "TOKEN_ENV",
+    "TokenAuth",
+    "exposure_warning",
+    "is_loopback",
+    "token_matches",
+]
+
+#: Environment variable a server (``openenv-ws serve``) and the clients read the token from.
+TOKEN_ENV = "OPENENV_WS_TOKEN"
+#: Scope key set to True when the request carried the right token in its header.
+AUTHENTICATED = "openenv_ws.authenticated"
+#: HTTP paths answered without a token (liveness probes).
+PUBLIC_PATHS = frozenset({"/health"})
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_PREFIX = b"bearer "
+
+
+def token_matches(expected: str, given: str | bytes | None) -> bool:
+    """Whether `given` is `expected`, in time independent of where they differ."""
+    if given is None:
+        return False
+    if isinstance(given, str):
+        given = given.encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(expected.encode("utf-8"), given)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` only exposes the server to this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(host: str, token: str | None) -> str | None:
+    """The warning to log when a server binds a reachable address without a token."""
+    if token or is_loopback(host):
+        return None
+    return (
+        f"serving on a non-loopback address ({host}) without authentication; anyone who "
+        f"can reach it can run environments: set {TOKEN_ENV} (or --token)"
+    )
+
+
+def _authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"authorization":
+            return value
+    return None
+
+
+class TokenAuth:
+    """ASGI middleware refusing HTTP and WebSocket requests without the bearer token.
+
+    Args:
+        app: the ASGI app to protect.
+        token: the shared secret clients send as ``Authorization: Bearer <token>``.
+        public: HTTP paths served without a token.
+    """
+
+    def __init__(self, app: ASGIApp, *, token: str, public: Iterable[str] = PUBLIC_PATHS) -> None:
+        if not token:
+            raise ValueError("the token must be a non-empty string")
+        self.app = app
+        self._token = token.encode("utf-8")
+        self._public = frozenset(public)
+
+    def __repr__(self) -> str:  # the token stays out of reprs, hence out of tracebacks
+        return f"TokenAuth(app={self.app!r}, token=<hidden>)"
+
+    def _verdict(self, scope: Scope) -> bool | None:
+        """True: right token; False: wrong or malformed header; None: no header."""
+        header = _authorization(scope.get("headers", ()))
+        if header is None:
+            return None
+        if header[: len(_PREFIX)].lower() != _PREFIX:
+            return False
+        return hmac.compare_digest(self._token, header[len(_PREFIX) :].strip())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            verdict = self._verdict(scope)
+            if verdict or scope["path"] in self._public:
+                scope[AUTHENTICATED] = bool(verdict)
+                await self.app(scope, receive, send)
+                return
+            await _refuse_http(send)
+            return
+        if kind == "websocket":
+            verdict = self._verdict(scope)
+            if verdict is False:
+                await _refuse_websocket(scope, receive, send)
+                return
+            # No header: the session's ``open`` frame must carry the token.
+            scope[AUTHENTICATED] = verdict is True
+        await self.app(scope, receive, send)
+
+
+_MESSAGE = (
+    "missing or wrong bearer token; send 'Authorization: Bearer <token>' "
+    "(clients: token=... or the OPENENV_WS_TOKEN environment variable)"
+)
+
+
+def _http_head(status: int) -> dict[str, Any]:
+    body = json.dumps({"error": "auth", "message": _MESSAGE}).encode()
+    return {
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b'Bearer realm="openenv-ws"'),
+        ],
+        "body": body,
+    }
+
+
+async def _refuse_http(send: Send) -> None:
+    head = _http_head(401)
+    await send({"type": "http.response.start", "status": 401, "headers": head["headers"]})
+    await send({"type": "http.response.body", "body": head["body"]})
+
+
+async def _refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
+    message = await receive()  # websocket.connect
+    if message["type"] != "websocket.connect":
+        return
+    head = _http_head(401)
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await send(
+            {"type": "websocket.http.response.start", "status": 401, "headers": head["headers"]}
+        )
+        await send({"type": "websocket.http.response.body", "body": head["body"]})
+    else:  # the server cannot send a response body: a bare refusal (HTTP 403)
+        await send({"type": "websocket.close", "code": 1008})

@@ -1,0 +1,159 @@
+"""Prometheus metrics of one server process, served at ``GET /metrics``.
+
+The step path only touches plain Python numbers: :meth:`LatencyHistogram.observe`
+is one ``bisect`` and two additions (about 0.2 us, against about 1 us for
+``prometheus_client.Histogram.observe``, which takes a lock). Everything is
+turned into Prometheus families when ``/metrics`` is scraped, by a custom
+collector; gauges (sessions, connections) are read from the server's live
+state at that moment, so they cost nothing in between.
+
+Metrics are per process: behind several worker processes, each worker
+answers for itself (its ``pid`` is in ``/health``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector
+from starlette.requests import Request
+from starlette.responses import Response
+
+__all__ = ["STEP_BUCKETS", "LatencyHistogram", "ServerMetrics"]
+
+#: Upper bounds (seconds) of the step latency buckets: from a fast in-memory
+#: step (tens of microseconds) to a slow simulator step.
+STEP_BUCKETS: tuple[float, ...] = (
+    25e-6,
+    50e-6,
+    100e-6,
+    250e-6,
+    500e-6,
+    1e-3,
+    2.5e-3,
+    5e-3,
+    10e-3,
+    25e-3,
+    50e-3,
+    100e-3,
+    250e-3,
+    1.0,
+)
+
+
+class LatencyHistogram:
+    """A fixed-bucket histogram cheap enough for every step."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...] = STEP_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last slot is +Inf
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one observation (``le`` semantics: a value equal to a bound falls in it)."""
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.total += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """Buckets as Prometheus wants them: ``(le, observations <= le)``, +Inf last."""
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+class ServerMetrics:
+    """Counters of one server process and the ``/metrics`` route that exposes them.
+
+    Args:
+        gauges: called at scrape time; returns the current value of each gauge
+            (``sessions``, ``sessions_parked``, ``connections``, ...) and of
+            counters kept elsewhere (keys ending in ``_total``).
+    """
+
+    def __init__(self, gauges: Callable[[], Mapping[str, float]] | None = None) -> None:
+        self.step_seconds = LatencyHistogram()
+        self.errors: dict[str, int] = {}
+        self.counters: dict[str, int] = {}
+        self._gauges = gauges or dict
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(self))
+        ProcessCollector(namespace="openenv_ws", registry=self.registry)
+
+    def error(self, code: str) -> None:
+        """Count one ``error`` frame sent, by code."""
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add to a named counter (exposed as ``openenv_ws_<name>_total``)."""
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def text(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+    async def endpoint(self, request: Request) -> Response:
+        """``GET /metrics``."""
+        return Response(self.text(), media_type=CONTENT_TYPE_LATEST)
+
+
+_HELP = {
+    "sessions": "Sessions hosted by this process (attached and parked), each holding an environment.",
+    "sessions_parked": "Sessions whose connection dropped, kept for resumption.",
+    "connections": "Open WebSocket connections.",
+    "max_sessions": "Configured maximum number of sessions.",
+    "draining": "1 while the process drains on shutdown.",
+    "sessions_opened": "Sessions opened.",
+    "sessions_resumed": "Sessions resumed on a new connection.",
+    "resume_failures": "Resume attempts refused (unknown or expired token).",
+    "sessions_expired": "Parked sessions closed because their grace period ran out.",
+    "idle_closed": "Connections closed by the idle timeout.",
+    "replayed": "Requests answered from the reply cache after a resume.",
+}
+
+
+class _Collector:
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self._m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._m
+        values: dict[str, Any] = {**m.counters, **m._gauges()}
+        for name, value in sorted(values.items()):
+            doc = _HELP.get(name.removesuffix("_total"), name.replace("_", " "))
+            if name.endswith("_total") or name in m.counters:
+                yield CounterMetricFamily(
+                    f"openenv_ws_{name.removesuffix('_total')}", doc, value=value
+                )
+            else:
+                yield GaugeMetricFamily(f"openenv_ws_{name}", doc, value=value)
+        errors = CounterMetricFamily(
+            "openenv_ws_errors", "Error frames sent, by error code.", labels=["code"]
+        )
+        for code, n in sorted(m.errors.items()):
+            errors.add_metric([code], n)
+        yield errors
+        hist = m.step_seconds
+        yield HistogramMetricFamily(
+            "openenv_ws_step_seconds",
+            "Server time to serve one step request (decode, environment step, encode).",
+            buckets=hist.cumulative(),
+            sum_value=hist.total,
+        )
