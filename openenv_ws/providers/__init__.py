@@ -14,5 +14,13 @@ from __future__ import annotations
 from ._base import ServerProvider
 from .docker import DockerProvider
 from .local import LocalServerProvider
+from .ray import RayProvider, RayServer, ServerStatus
 
-__all__ = ["DockerProvider", "LocalServerProvider", "ServerProvider"]
+__all__ = [
+    "DockerProvider",
+    "LocalServerProvider",
+    "RayProvider",
+    "RayServer",
+    "ServerProvider",
+    "ServerStatus",
+]

@@ -32,9 +32,25 @@ def children(pid: int | None = None) -> set[int]:
     """The live child processes of `pid` (default: this process)."""
     pid = os.getpid() if pid is None else pid
     found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found  # it has just ended
+    for task in tasks:
         try:
             found.update(int(c) for c in (task / "children").read_text().split())
         except OSError:
             continue
     return {c for c in found if alive(c)}
+
+
+def descendants(pid: int | None = None) -> set[int]:
+    """All live processes below `pid` (default: this process)."""
+    found: set[int] = set()
+    todo = [os.getpid() if pid is None else pid]
+    while todo:
+        for child in children(todo.pop()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found

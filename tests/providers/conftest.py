@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ._procs import descendants, wait_dead
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_REPO = "openenv-ws/atari"
@@ -126,3 +130,56 @@ def atari_image(docker_client: Any) -> str:
         if tag not in image.tags and all(t.startswith(f"{IMAGE_REPO}:test-") for t in image.tags):
             docker_client.images.remove(image.id, force=True)
     return tag
+
+
+#: Ray on loopback only, no usage reports, no token file in the home folder.
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+}
+
+
+@pytest.fixture(scope="session")
+def ray_tmpdir() -> Iterator[str]:
+    """Ray's settings for the tests and a short temp folder (its unix sockets live there,
+    and their paths must stay under 108 bytes, which pytest's tmp_path may exceed)."""
+    pytest.importorskip("ray", reason="the ray package is missing: pip install -e '.[ray]'")
+    folder = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    saved = {key: os.environ.get(key) for key in [*RAY_ENV, "RAY_TMPDIR"]}
+    os.environ.update(RAY_ENV, RAY_TMPDIR=folder)
+    try:
+        yield folder
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def local_ray(ray_tmpdir: str) -> Iterator[Any]:
+    """A local Ray instance on 127.0.0.1 with 2 CPUs; all its processes end with the module."""
+    import ray
+
+    before = descendants()
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        _temp_dir=ray_tmpdir,
+        log_to_driver=False,
+    )
+    try:
+        yield ray
+    finally:
+        started = descendants() - before
+        ray.shutdown()
+        assert_all_ended(started, "ray.shutdown()")
+
+
+def assert_all_ended(pids: set[int], what: str) -> None:
+    left = [pid for pid in pids if not wait_dead(pid)]
+    assert not left, f"processes still running after {what}: {left}"
