@@ -19,7 +19,7 @@ from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
 
 from ..conftest import UNIT
-from ._procs import alive, children, wait_dead
+from ._procs import alive, children, descendants, wait_dead
 
 ROOT = Path(__file__).resolve().parents[2]
 STUBBORN = ["--env", "tests.providers._stubborn:factory"]
@@ -79,10 +79,12 @@ def kill_quietly(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("mode", ["main", "thread", "pdeathsig"])
-def test_a_killed_parent_takes_its_server_down(mode: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "workers"), [("main", 1), ("thread", 1), ("pdeathsig", 1), ("main", 2)]
+)
+def test_a_killed_parent_takes_its_server_down(mode: str, workers: int) -> None:
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, mode, "10", "--env", "fake"],
+        [sys.executable, "-c", PARENT, mode, "10", "--env", "fake", "--workers", str(workers)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -90,17 +92,21 @@ def test_a_killed_parent_takes_its_server_down(mode: str) -> None:
         env={**os.environ, **CHILD_ENV},
     )
     server = holder = 0
+    tree: set[int] = set()
     try:
         server, port, holder = map(int, read_line(parent, 60 * UNIT).split())
         roundtrip(port)  # alive, also after the thread that started it has ended
+        tree = {server, *descendants(server)}
+        assert len(tree) == (1 if workers == 1 else 1 + workers)  # a supervisor and its workers
         parent.kill()
         parent.wait(10 * UNIT)
-        assert wait_dead(server), f"the server (pid {server}) outlived its killed parent ({mode})"
+        left = [pid for pid in tree if not wait_dead(pid)]
+        assert not left, f"server processes {left} outlived their killed parent ({mode})"
     finally:
         parent.kill()
         parent.communicate()
-        kill_quietly(server)
-        kill_quietly(holder)
+        for pid in {*tree, server, holder}:
+            kill_quietly(pid)
 
 
 def test_a_server_ignoring_sigterm_is_killed_after_its_killed_parent() -> None:
