@@ -1,9 +1,10 @@
-"""Keep credentials out of logs.
+"""Keep credentials, and clients' faults, out of the server's logs.
 
 At debug level, ``websockets`` (under uvicorn too) logs every handshake
 header, ``Authorization`` included. :func:`redact_credentials` puts a filter
 on those loggers that blanks the value of credential headers before any
-handler sees the record.
+handler sees the record, and one that keeps a client's malformed message
+from writing a server traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 
-__all__ = ["CredentialFilter", "redact_credentials"]
+__all__ = ["ClientFaultFilter", "CredentialFilter", "redact_credentials"]
 
 _HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|cookie|set-cookie)(\s*[:=]\s*)([^\r\n]*)")
 #: Loggers that write handshake headers at debug level.
@@ -32,12 +33,29 @@ class CredentialFilter(logging.Filter):
         return True
 
 
+class ClientFaultFilter(logging.Filter):
+    """Log a client's malformed text message in one line, without a server traceback.
+
+    uvicorn logs an invalid UTF-8 text message with the stack of its own
+    decoding; the fault is the client's, and a client sending many would
+    fill the server's log with tracebacks.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Invalid UTF-8 sequence"):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 _FILTER = CredentialFilter()
+_CLIENT_FAULTS = ClientFaultFilter()
 
 
 def redact_credentials(*names: str) -> None:
-    """Install the filter on `names` (default: the handshake loggers). Idempotent."""
+    """Install the filters on `names` (default: the handshake loggers). Idempotent."""
     for name in names or LOGGERS:
         logger = logging.getLogger(name)
-        if _FILTER not in logger.filters:
-            logger.addFilter(_FILTER)
+        for f in (_FILTER, _CLIENT_FAULTS):
+            if f not in logger.filters:
+                logger.addFilter(f)
