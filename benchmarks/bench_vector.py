@@ -1,0 +1,133 @@
+"""Server efficiency: 16 sessions pipelined through send/recv vs in-process ALE on one core.
+
+The server runs as its own process pinned to core 0; the client runs on core
+1 and keeps every session's next request in flight (EnvPool-style
+``send``/``recv``), so the server's core never waits for the client. The
+reference is in-process ALE pinned to the same core 0, measured in the same
+run: one ``AtariEnvironment`` stepped in a loop, and the same number of
+environments stepped round-robin (the server's access pattern). Rounds
+alternate between contenders; each one's best round is kept.
+
+    python benchmarks/bench_vector.py --envs 16 --steps 6000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from atari import AtariEnvironment
+from openenv_ws.client.vector import VectorEnvClient
+from openenv_ws.providers import LocalServerProvider
+
+SERVER_CORE, CLIENT_CORE = 0, 1
+
+
+def inprocess(config: dict[str, Any], n_envs: int, steps: int, seed: int) -> float:
+    """Steps/s of `n_envs` in-process environments stepped round-robin on the server's core."""
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {SERVER_CORE})
+    try:
+        envs = [AtariEnvironment(config) for _ in range(n_envs)]
+        for i, env in enumerate(envs):
+            env.reset(seed=seed + i)
+        n = envs[0].spec.action.n
+        actions = np.random.default_rng(seed).integers(0, n, steps).tolist()
+        start = time.perf_counter()
+        for t, action in enumerate(actions):
+            env = envs[t % n_envs]
+            r = env.step(action)
+            if r.terminated or r.truncated:
+                env.reset()
+        elapsed = time.perf_counter() - start
+        for env in envs:
+            env.close()
+    finally:
+        os.sched_setaffinity(0, mask)
+    return steps / elapsed
+
+
+def pipelined(
+    url: str, config: dict[str, Any], n_envs: int, steps: int, seed: int, busy_poll: float
+) -> tuple[float, float]:
+    """Steps/s of `n_envs` remote sessions kept busy with send/recv; and the mean batch size."""
+    with VectorEnvClient(url, n_envs, config=config, copy=False, busy_poll=busy_poll) as envs:
+        envs.reset(seed=seed)
+        n = envs.spec.action.n
+        rng = np.random.default_rng(seed)
+        envs.send(rng.integers(0, n, n_envs))
+        done = batches = 0
+        start = time.perf_counter()
+        while done < steps:
+            _, _, _, _, infos = envs.recv()
+            ids = infos["env_id"]
+            done += len(ids)
+            batches += 1
+            envs.send(rng.integers(0, n, len(ids)), ids)
+        elapsed = time.perf_counter() - start
+        envs.recv(min_envs=len(envs.pending))
+    return done / elapsed, done / batches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=6000, help="steps per contender per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--game", default="pong")
+    parser.add_argument("--obs-type", default="rgb", choices=["rgb", "grayscale", "ram"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--busy-poll",
+        type=float,
+        default=0.0,
+        help="seconds the client spins before sleeping (it has its own core)",
+    )
+    args = parser.parse_args()
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("this benchmark needs two cores (server on one, client on the other)")
+    config = {"game": args.game, "obs_type": args.obs_type}
+    best: dict[str, float] = {}
+    batch = 0.0
+    with LocalServerProvider(args=["--no-web", "--pool-size", "0"]) as server:
+        assert server.process is not None
+        server_pids = [server.process.pid]
+        os.sched_setaffinity(server.process.pid, {SERVER_CORE})
+        os.sched_setaffinity(0, {CLIENT_CORE})
+        for _ in range(args.rounds):
+            runs = {
+                "in-process, 1 env": lambda: inprocess(config, 1, args.steps, args.seed),
+                f"in-process, {args.envs} envs round-robin": lambda: inprocess(
+                    config, args.envs, args.steps, args.seed
+                ),
+            }
+            for name, run in runs.items():
+                best[name] = max(best.get(name, 0.0), run())
+            rate, batch = pipelined(
+                server.url, config, args.envs, args.steps, args.seed, args.busy_poll
+            )
+            name = f"websocket, {args.envs} sessions send/recv"
+            best[name] = max(best.get(name, 0.0), rate)
+        del server_pids
+    ref = best["in-process, 1 env"]
+    print(
+        f"game={args.game} obs_type={args.obs_type} envs={args.envs} steps={args.steps} "
+        f"rounds={args.rounds} (best round); server on core {SERVER_CORE}, "
+        f"client on core {CLIENT_CORE}; mean recv batch {batch:.1f}"
+    )
+    print(f"{'contender':<38} {'steps/s':>9} {'ratio':>6}")
+    for name, rate in best.items():
+        print(f"{name:<38} {rate:9.0f} {rate / ref:6.2f}")
+    remote = best[f"websocket, {args.envs} sessions send/recv"]
+    rr = best[f"in-process, {args.envs} envs round-robin"]
+    print(
+        f"server efficiency: {remote / ref:.2f}x in-process 1 env, {remote / rr:.2f}x round-robin"
+    )
+
+
+if __name__ == "__main__":
+    main()
