@@ -1,4 +1,4 @@
-"""openenv-ws clients: synchronous and asynchronous sessions over WebSocket, and the HTTP fallback."""
+"""openenv-ws clients: synchronous, asynchronous and vector sessions over WebSocket, and the HTTP fallback."""
 
 from __future__ import annotations
 
@@ -6,5 +6,13 @@ from ._core import DEFAULT, StepResult
 from .async_ import AsyncEnvClient
 from .http import HTTPEnvClient
 from .sync import EnvClient
+from .vector import VectorEnvClient
 
-__all__ = ["DEFAULT", "AsyncEnvClient", "EnvClient", "HTTPEnvClient", "StepResult"]
+__all__ = [
+    "DEFAULT",
+    "AsyncEnvClient",
+    "EnvClient",
+    "HTTPEnvClient",
+    "StepResult",
+    "VectorEnvClient",
+]
