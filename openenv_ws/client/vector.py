@@ -156,7 +156,8 @@ class VectorEnvClient:
         assert isinstance(spec.observation, ArraySpec)
         shape = (n, *spec.observation.shape)
         self._obs = np.zeros(shape, spec.observation.dtype)
-        self._batch_obs = np.zeros(shape, spec.observation.dtype)
+        # recv()'s rows in arrival order; made on first use (step() never needs it).
+        self._batch_obs: np.ndarray[Any, Any] | None = None
         self._rewards = np.zeros(n, np.float64)
         self._terminations = np.zeros(n, np.bool_)
         self._truncations = np.zeros(n, np.bool_)
@@ -515,6 +516,8 @@ class VectorEnvClient:
                 self._truncations,
             )
         else:
+            if self._batch_obs is None:
+                self._batch_obs = np.zeros_like(self._obs)
             obs = self._batch_obs[:k]
             rewards = np.empty(k, np.float64)
             terms = np.empty(k, np.bool_)
