@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
+import psutil
 
 from atari import AtariEnvironment
 from openenv_ws.client.vector import VectorEnvClient
@@ -27,8 +28,9 @@ from openenv_ws.providers import LocalServerProvider
 SERVER_CORE, CLIENT_CORE = 0, 1
 
 
-def inprocess(config: dict[str, Any], n_envs: int, steps: int, seed: int) -> float:
-    """Steps/s of `n_envs` in-process environments stepped round-robin on the server's core."""
+def inprocess(config: dict[str, Any], n_envs: int, steps: int, seed: int) -> tuple[float, float]:
+    """Steps/s and CPU seconds per step of `n_envs` in-process environments stepped
+    round-robin on the server's core."""
     mask = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {SERVER_CORE})
     try:
@@ -37,30 +39,38 @@ def inprocess(config: dict[str, Any], n_envs: int, steps: int, seed: int) -> flo
             env.reset(seed=seed + i)
         n = envs[0].spec.action.n
         actions = np.random.default_rng(seed).integers(0, n, steps).tolist()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for t, action in enumerate(actions):
             env = envs[t % n_envs]
             r = env.step(action)
             if r.terminated or r.truncated:
                 env.reset()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         for env in envs:
             env.close()
     finally:
         os.sched_setaffinity(0, mask)
-    return steps / elapsed
+    return steps / elapsed, cpu / steps
 
 
 def pipelined(
-    url: str, config: dict[str, Any], n_envs: int, steps: int, seed: int, busy_poll: float
-) -> tuple[float, float]:
-    """Steps/s of `n_envs` remote sessions kept busy with send/recv; and the mean batch size."""
+    server: psutil.Process,
+    url: str,
+    config: dict[str, Any],
+    n_envs: int,
+    steps: int,
+    seed: int,
+    busy_poll: float,
+) -> tuple[float, float, float]:
+    """Steps/s of `n_envs` remote sessions kept busy with send/recv, the server's CPU
+    seconds per step, and the mean batch size."""
     with VectorEnvClient(url, n_envs, config=config, copy=False, busy_poll=busy_poll) as envs:
         envs.reset(seed=seed)
         n = envs.spec.action.n
         rng = np.random.default_rng(seed)
         envs.send(rng.integers(0, n, n_envs))
         done = batches = 0
+        before = server.cpu_times()
         start = time.perf_counter()
         while done < steps:
             _, _, _, _, infos = envs.recv()
@@ -69,8 +79,10 @@ def pipelined(
             batches += 1
             envs.send(rng.integers(0, n, len(ids)), ids)
         elapsed = time.perf_counter() - start
+        after = server.cpu_times()
         envs.recv(min_envs=len(envs.pending))
-    return done / elapsed, done / batches
+    cpu = (after.user - before.user) + (after.system - before.system)
+    return done / elapsed, cpu / done, done / batches
 
 
 def main() -> None:
@@ -92,10 +104,11 @@ def main() -> None:
         raise SystemExit("this benchmark needs two cores (server on one, client on the other)")
     config = {"game": args.game, "obs_type": args.obs_type}
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     batch = 0.0
     with LocalServerProvider(args=["--no-web", "--pool-size", "0"]) as server:
         assert server.process is not None
-        server_pids = [server.process.pid]
+        server_process = psutil.Process(server.process.pid)
         os.sched_setaffinity(server.process.pid, {SERVER_CORE})
         os.sched_setaffinity(0, {CLIENT_CORE})
         for _ in range(args.rounds):
@@ -106,26 +119,37 @@ def main() -> None:
                 ),
             }
             for name, run in runs.items():
-                best[name] = max(best.get(name, 0.0), run())
-            rate, batch = pipelined(
-                server.url, config, args.envs, args.steps, args.seed, args.busy_poll
+                rate, per_step = run()
+                best[name] = max(best.get(name, 0.0), rate)
+                cpu[name] = min(cpu.get(name, float("inf")), per_step)
+            rate, per_step, batch = pipelined(
+                server_process, server.url, config, args.envs, args.steps, args.seed, args.busy_poll
             )
             name = f"websocket, {args.envs} sessions send/recv"
             best[name] = max(best.get(name, 0.0), rate)
-        del server_pids
+            cpu[name] = min(cpu.get(name, float("inf")), per_step)
     ref = best["in-process, 1 env"]
     print(
         f"game={args.game} obs_type={args.obs_type} envs={args.envs} steps={args.steps} "
         f"rounds={args.rounds} (best round); server on core {SERVER_CORE}, "
         f"client on core {CLIENT_CORE}; mean recv batch {batch:.1f}"
     )
-    print(f"{'contender':<38} {'steps/s':>9} {'ratio':>6}")
+    print(f"{'contender':<38} {'steps/s':>9} {'ratio':>6} {'CPU us/step':>12} {'ratio':>6}")
+    ref_cpu = cpu["in-process, 1 env"]
     for name, rate in best.items():
-        print(f"{name:<38} {rate:9.0f} {rate / ref:6.2f}")
+        print(
+            f"{name:<38} {rate:9.0f} {rate / ref:6.2f} {cpu[name] * 1e6:12.0f} "
+            f"{ref_cpu / cpu[name]:6.2f}"
+        )
     remote = best[f"websocket, {args.envs} sessions send/recv"]
     rr = best[f"in-process, {args.envs} envs round-robin"]
     print(
-        f"server efficiency: {remote / ref:.2f}x in-process 1 env, {remote / rr:.2f}x round-robin"
+        f"server efficiency (steps/s): {remote / ref:.2f}x in-process 1 env, "
+        f"{remote / rr:.2f}x round-robin"
+    )
+    print(
+        "(the websocket row's CPU us/step is the server process's; on a busy machine its "
+        "ratio is the steadier figure)"
     )
 
 
