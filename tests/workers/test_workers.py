@@ -102,7 +102,7 @@ def test_workers_of_one_server_accept_each_others_snapshots() -> None:
     with LocalServerProvider(
         args=["--workers", "2", "--no-web", "--pool-size", "0"], startup_timeout=60 * UNIT
     ) as server:
-        n = 12
+        n = 20  # all on one worker: probability 2 ** -19
         config = {**CONFIG, "obs_type": "ram"}
         actions = np.random.default_rng(2).integers(0, 4, 80).tolist()
         with VectorEnvClient(server.url, n, config=config):
