@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 from ..measure import inprocess_steps, latency_row
 from ..servers import our_server
@@ -25,6 +30,55 @@ COLUMNS = [
 ]
 
 
+def _next_to_local(
+    ctx: Context,
+    section: Section,
+    path: str,
+    remote: Callable[[], AbstractContextManager[str]],
+    note: str,
+) -> Section:
+    """Per workload: in-process, the local server and one session through `remote`'s URL."""
+    placement = ctx.placements()[0]
+    works = list(ctx.workloads())
+    ctx.progress.start(section.title, 3 * len(works))
+    with contextlib.ExitStack() as stack:
+        local = stack.enter_context(our_server(placement))
+        try:
+            url: str | None = stack.enter_context(remote())
+            failed = ""
+        except Exception as exc:  # noqa: BLE001 - no engine, image or ray: the rows say why
+            url, failed = None, f"could not run: {exc}".splitlines()[0]
+        stack.enter_context(placement.client_side())
+        for work in works:
+            base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
+            ctx.progress.phase(f"in-process {work.label()}")
+            reference = latency_row(inprocess_steps(work))
+            ctx.progress.phase(f"local server {work.label()}")
+            ours = latency_row(sync_steps(local.url, work))
+            section.add(**base, path="in-process", **reference, vs_inprocess=1.0)
+            section.add(
+                **base,
+                path="openenv-ws sync, local server",
+                **ours,
+                vs_local=1.0,
+                vs_inprocess=ours["steps_per_s"] / reference["steps_per_s"],
+            )
+            ctx.progress.phase(f"{path} {work.label()}")
+            row = {**base, "path": f"openenv-ws sync, {path}"}
+            if url is None:
+                section.add(**row, note=failed)
+                continue
+            stats = latency_row(sync_steps(url, work))
+            section.add(
+                **row,
+                **stats,
+                vs_local=stats["steps_per_s"] / ours["steps_per_s"],
+                vs_inprocess=stats["steps_per_s"] / reference["steps_per_s"],
+                note=note,
+            )
+    return section
+
+
 @scenario(
     "docker",
     "Docker-published server",
@@ -32,13 +86,71 @@ COLUMNS = [
 )
 def run_docker(ctx: Context) -> Section:
     """One session through the Atari image's published port, next to the local server."""
-    section = Section("docker", "Docker-published server", COLUMNS)
     placement = ctx.placements()[0]
     image = os.environ.get("OPENENV_WS_BENCH_IMAGE", DEFAULT_IMAGE)
-    works = list(ctx.workloads())
-    ctx.progress.start(section.title, 3 * len(works))
     provider = importlib.import_module("openenv_ws.providers").DockerProvider
     run_options = {} if placement.server is None else {"cpuset_cpus": _cpus(placement.server)}
+
+    @contextlib.contextmanager
+    def server() -> Iterator[str]:
+        with provider(image, pull=False, run_options=run_options) as container:
+            yield container.url
+
+    section = _next_to_local(ctx, "docker", "Docker-published server", "Docker port", server)
+    section.notes.append(
+        f"The image ({image}; set OPENENV_WS_BENCH_IMAGE for another) is built by "
+        ".ci/lib/build-image.sh; its port is published on 127.0.0.1 and the container is "
+        "pinned to the server cores of the placement."
+    )
+    return section
+
+
+@scenario(
+    "ray",
+    "Ray actors",
+    requires=has_attr("openenv_ws.providers", "RayProvider", "the Ray provider"),
+)
+def run_ray(ctx: Context) -> Section:
+    """One session on a Ray env-server actor (a local Ray instance), next to the local server."""
+    provider = importlib.import_module("openenv_ws.providers").RayProvider
+
+    @contextlib.contextmanager
+    def server() -> Iterator[str]:
+        temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        init = {
+            "address": "local",
+            "num_cpus": 2,
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "_temp_dir": temp,
+        }
+        try:
+            with provider(1, host="127.0.0.1", init_options=init) as actors:
+                yield actors.urls[0]
+        finally:
+            shutil.rmtree(temp, ignore_errors=True)
+
+    section = _next_to_local(ctx, "ray", "Ray actors", "Ray actor", server)
+    section.notes.append(
+        "One env-server actor on a local Ray instance (2 CPUs, 127.0.0.1); the client "
+        "connects to the actor's own WebSocket URL."
+    )
+    return section
+
+
+def _next_to_local(
+    ctx: Context,
+    name: str,
+    title: str,
+    where: str,
+    server: Callable[[], contextlib.AbstractContextManager[str]],
+) -> Section:
+    """In-process, the local server and the provider's server on the same workloads."""
+    section = Section(name, title, COLUMNS)
+    placement = ctx.placements()[0]
+    works = list(ctx.workloads())
+    ctx.progress.start(section.title, 3 * len(works))
     with our_server(placement) as local, placement.client_side():
         for work in works:
             base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
@@ -54,12 +166,12 @@ def run_docker(ctx: Context) -> Section:
                 vs_local=1.0,
                 vs_inprocess=ours["steps_per_s"] / reference["steps_per_s"],
             )
-            ctx.progress.phase(f"Docker {work.label()}")
-            row = {**base, "path": "openenv-ws sync, Docker port"}
+            ctx.progress.phase(f"{where} {work.label()}")
+            row = {**base, "path": f"openenv-ws sync, {where}"}
             try:
-                with provider(image, pull=False, run_options=run_options) as container:
-                    stats = latency_row(sync_steps(container.url, work))
-            except Exception as exc:  # noqa: BLE001 - no engine or no image: the row says why
+                with server() as url:
+                    stats = latency_row(sync_steps(url, work))
+            except Exception as exc:  # noqa: BLE001 - no engine, image or cluster: the row says why
                 section.add(**row, note=f"could not run: {exc}".splitlines()[0])
                 continue
             section.add(
@@ -67,27 +179,9 @@ def run_docker(ctx: Context) -> Section:
                 **stats,
                 vs_local=stats["steps_per_s"] / ours["steps_per_s"],
                 vs_inprocess=stats["steps_per_s"] / reference["steps_per_s"],
-                note=image,
             )
-    section.notes.append(
-        f"The image ({image}; set OPENENV_WS_BENCH_IMAGE for another) is built by "
-        ".ci/lib/build-image.sh; its port is published on 127.0.0.1 and the container is "
-        "pinned to the server cores of the placement."
-    )
     return section
 
 
 def _cpus(cores: frozenset[int]) -> str:
     return ",".join(map(str, sorted(cores)))
-
-
-@scenario(
-    "ray",
-    "Ray actors",
-    requires=has_attr("openenv_ws.providers", "RayProvider", "the Ray provider"),
-)
-def run_ray(ctx: Context) -> Section:
-    """Sessions spread over Ray env-server actors, next to the local server."""
-    raise NotImplementedError(
-        "the Ray provider is in this build but the benchmark does not drive it yet"
-    )
