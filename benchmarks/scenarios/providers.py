@@ -8,7 +8,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 
 from ..measure import inprocess_steps, latency_row
 from ..servers import our_server
@@ -28,55 +27,6 @@ COLUMNS = [
     Column("vs_inprocess", "vs in-process", ".2f"),
     Column("note", "note"),
 ]
-
-
-def _next_to_local(
-    ctx: Context,
-    section: Section,
-    path: str,
-    remote: Callable[[], AbstractContextManager[str]],
-    note: str,
-) -> Section:
-    """Per workload: in-process, the local server and one session through `remote`'s URL."""
-    placement = ctx.placements()[0]
-    works = list(ctx.workloads())
-    ctx.progress.start(section.title, 3 * len(works))
-    with contextlib.ExitStack() as stack:
-        local = stack.enter_context(our_server(placement))
-        try:
-            url: str | None = stack.enter_context(remote())
-            failed = ""
-        except Exception as exc:  # noqa: BLE001 - no engine, image or ray: the rows say why
-            url, failed = None, f"could not run: {exc}".splitlines()[0]
-        stack.enter_context(placement.client_side())
-        for work in works:
-            base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
-            ctx.progress.phase(f"in-process {work.label()}")
-            reference = latency_row(inprocess_steps(work))
-            ctx.progress.phase(f"local server {work.label()}")
-            ours = latency_row(sync_steps(local.url, work))
-            section.add(**base, path="in-process", **reference, vs_inprocess=1.0)
-            section.add(
-                **base,
-                path="openenv-ws sync, local server",
-                **ours,
-                vs_local=1.0,
-                vs_inprocess=ours["steps_per_s"] / reference["steps_per_s"],
-            )
-            ctx.progress.phase(f"{path} {work.label()}")
-            row = {**base, "path": f"openenv-ws sync, {path}"}
-            if url is None:
-                section.add(**row, note=failed)
-                continue
-            stats = latency_row(sync_steps(url, work))
-            section.add(
-                **row,
-                **stats,
-                vs_local=stats["steps_per_s"] / ours["steps_per_s"],
-                vs_inprocess=stats["steps_per_s"] / reference["steps_per_s"],
-                note=note,
-            )
-    return section
 
 
 @scenario(
