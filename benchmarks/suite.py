@@ -145,7 +145,7 @@ def has_attr(module: str, attr: str, what: str) -> Callable[[], str | None]:
             found = hasattr(importlib.import_module(module), attr)
         except ImportError:
             found = False
-        return None if found else f"pending: {what} ({module}.{attr}) is not in this build"
+        return None if found else f"{what} ({module}.{attr}) is not in this build"
 
     return check
 

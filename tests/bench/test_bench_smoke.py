@@ -158,22 +158,24 @@ def test_throughput_curve_when_the_vector_client_exists(run: dict[str, Any]) -> 
         assert counts == [1, 2, 4], mode
     for row in rows:
         _positive(row, "steps", "steps_per_s", "vs_inprocess")
+        assert "note" not in row, row
     curves = run["sections"]["throughput"]["curves"]
     assert any(label.startswith("in-process") for label in curves)
 
 
-def test_docker_row_has_numbers_or_says_why(run: dict[str, Any]) -> None:
-    if SCENARIOS["docker"].missing() is not None:
-        assert run["sections"]["docker"]["status"] == "pending"
+@pytest.mark.parametrize(("name", "where"), [("docker", "Docker port"), ("ray", "Ray actor")])
+def test_provider_rows_have_numbers_or_say_why(run: dict[str, Any], name: str, where: str) -> None:
+    if SCENARIOS[name].missing() is not None:
+        assert run["sections"][name]["status"] == "pending"
         return
-    rows = {(r["obs"], r["path"]): r for r in _rows(run, "docker")}
+    rows = {(r["obs"], r["path"]): r for r in _rows(run, name)}
     for obs in OBS_TYPES:
         _positive(rows[(obs, "openenv-ws sync, local server")], "steps_per_s", "vs_inprocess")
-        docker = rows[(obs, "openenv-ws sync, Docker port")]
-        if docker.get("steps_per_s") is None:
-            assert docker["note"].startswith("could not run: "), docker
+        remote = rows[(obs, f"openenv-ws sync, {where}")]
+        if remote.get("steps_per_s") is None:
+            assert remote["note"].startswith("could not run: "), remote
         else:
-            _positive(docker, "p50_us", "steps_per_s", "vs_local")
+            _positive(remote, "p50_us", "steps_per_s", "vs_local")
 
 
 def test_markdown_has_a_table_per_scenario_that_ran(run: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ def test_requires_check_names_what_is_missing() -> None:
     assert has_attr("openenv_ws.client", "EnvClient", "the sync client")() is None
     missing = has_attr("openenv_ws.client", "NoSuchClient", "a client that does not exist")()
     assert missing == (
-        "pending: a client that does not exist (openenv_ws.client.NoSuchClient) is not in this build"
+        "a client that does not exist (openenv_ws.client.NoSuchClient) is not in this build"
     )
     assert has_attr("no_such_module_here", "x", "nothing")() is not None
 
@@ -69,7 +69,7 @@ def test_report_renders_pending_and_ok_sections(tmp_path: Path) -> None:
     ok = Section("demo", "Demo table", [Column("x", "x"), Column("v", "value µs", ".1f")])
     ok.add(x="a|b", v=1.26)
     ok.sample("rgb", "path one", [0.001, 0.002])
-    pending = Section("later", "Later", status="pending", reason="pending: not built yet")
+    pending = Section("later", "Later", status="pending", reason="not built yet")
     run = {
         "started": "2024-01-01T00:00:00+00:00",
         "duration_s": 1.0,
@@ -87,7 +87,7 @@ def test_report_renders_pending_and_ok_sections(tmp_path: Path) -> None:
     markdown = (tmp_path / "report.md").read_text()
     assert "| x | value µs |" in markdown
     assert "| a\\|b | 1.3 |" in markdown
-    assert "*pending: pending: not built yet*" in markdown
+    assert "*pending: not built yet*" in markdown
     data = json.loads((tmp_path / "report.json").read_text())
     assert [s["status"] for s in data["sections"]] == ["ok", "pending"]
     assert data["plots"] == ["latency.png"]
