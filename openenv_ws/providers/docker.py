@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import threading
 import time
 import weakref
@@ -18,12 +19,14 @@ from typing import Any
 from ..errors import ServerUnavailable
 from ._base import fetch_health, http_base
 
-__all__ = ["DEFAULT_LABEL", "DockerProvider"]
+__all__ = ["DEFAULT_LABEL", "HOST_LABEL", "DockerProvider"]
 
 logger = logging.getLogger("openenv_ws.providers.docker")
 
 #: Label put on every container a provider starts (value: the owner's pid).
 DEFAULT_LABEL = "io.openenv-ws.provider"
+#: Label naming the host of that owner (pids mean something only there).
+HOST_LABEL = "io.openenv-ws.provider-host"
 
 
 def _docker_module() -> Any:
@@ -34,6 +37,25 @@ def _docker_module() -> Any:
             "the Docker provider needs the docker package: pip install 'openenv-ws[docker]'"
         ) from None
     return docker
+
+
+def _connect() -> Any:
+    """A client of the engine ``DOCKER_HOST`` names (default: the usual socket) that answers."""
+    docker = _docker_module()
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    hint = "start Docker or point DOCKER_HOST at a running engine"
+    # Asking a missing socket would only fail later, less clearly.
+    if where.startswith("unix://") and not os.path.exists(where[len("unix://") :]):
+        raise ServerUnavailable(f"no Docker engine answers at {where} (no socket); {hint}")
+    client = None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        if client is not None:
+            client.close()
+        raise ServerUnavailable(f"no Docker engine answers at {where} ({exc}); {hint}") from None
+    return client
 
 
 class DockerProvider:
@@ -129,20 +151,7 @@ class DockerProvider:
 
     def _docker(self) -> Any:
         if self._client is None:
-            docker = _docker_module()
-            where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-            hint = "start Docker or point DOCKER_HOST at a running engine"
-            # Asking a missing socket would only fail later, less clearly.
-            if where.startswith("unix://") and not os.path.exists(where[len("unix://") :]):
-                raise ServerUnavailable(f"no Docker engine answers at {where} (no socket); {hint}")
-            try:
-                self._client = docker.from_env()
-                self._client.ping()
-            except docker.errors.DockerException as exc:
-                self._close_client()
-                raise ServerUnavailable(
-                    f"no Docker engine answers at {where} ({exc}); {hint}"
-                ) from None
+            self._client = _connect()
         return self._client
 
     def _ensure_image(self, client: Any) -> None:
@@ -187,7 +196,7 @@ class DockerProvider:
                 detach=True,
                 ports={f"{self.port}/tcp": (self.host, None)},
                 environment=self.environment,
-                labels={DEFAULT_LABEL: str(os.getpid())},
+                labels={DEFAULT_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()},
                 **self.run_options,
             )
         except BaseException as exc:
@@ -277,6 +286,38 @@ class DockerProvider:
             with contextlib.suppress(Exception):
                 client.close()
 
+    @staticmethod
+    def remove_orphans(client: Any = None) -> list[str]:
+        """Remove the containers of providers whose process on this host is gone.
+
+        A provider removes its container when it stops, is collected or its
+        process exits; a process killed outright (SIGKILL) cannot, and its
+        container keeps running. Call this (e.g. before a test run) to clean
+        up after such owners. Containers of live owners and of other hosts are
+        left alone; so is any container when this process cannot see the
+        owners' pids (run it on the owners' host, outside their PID namespace).
+
+        Returns:
+            The ids of the containers removed.
+        """
+        own = client is None
+        client = client or _connect()
+        try:
+            host = socket.gethostname()
+            found = client.containers.list(
+                all=True, filters={"label": [DEFAULT_LABEL, f"{HOST_LABEL}={host}"]}
+            )
+            removed = []
+            for container in found:
+                owner = container.labels.get(DEFAULT_LABEL, "")
+                if owner.isdigit() and not _pid_alive(int(owner)):
+                    _remove(container, timeout=0)
+                    removed.append(container.id)
+            return removed
+        finally:
+            if own:
+                client.close()
+
     def __enter__(self) -> DockerProvider:
         return self.start()
 
@@ -307,3 +348,13 @@ def _remove(container: Any, timeout: float) -> int | None:
             if "No such container" not in str(exc):
                 logger.warning("could not remove container %s: %s", container.id, exc)
     return code
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -176,3 +178,41 @@ def test_no_engine_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(ServerUnavailable, match="no Docker engine answers"):
         DockerProvider("any").start()
+
+
+def test_remove_orphans_cleans_up_after_a_killed_owner(
+    atari_image: str, docker_client: Any
+) -> None:
+    DockerProvider.remove_orphans()  # what killed runs before this one left behind
+    # The owner starts a container that never serves and is killed while it waits.
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from openenv_ws.providers import DockerProvider; "
+            "DockerProvider(sys.argv[1], command=sys.argv[2:], startup_timeout=600).start()",
+            atari_image,
+            *SILENT,
+        ],
+        env={**os.environ},
+    )
+    try:
+        deadline = time.monotonic() + 60 * UNIT
+        label = {"label": f"{DEFAULT_LABEL}={owner.pid}"}
+        while not docker_client.containers.list(all=True, filters=label):
+            assert time.monotonic() < deadline, "the owner started no container"
+            time.sleep(0.1)
+        mine = DockerProvider(atari_image).start()  # a live owner's container stays
+        try:
+            assert DockerProvider.remove_orphans() == []  # its owner still runs
+            owner.kill()
+            owner.wait()
+            (orphan,) = docker_client.containers.list(all=True, filters=label)
+            assert DockerProvider.remove_orphans() == [orphan.id]
+            assert docker_client.containers.list(all=True, filters=label) == []
+            assert mine.health() is not None
+        finally:
+            mine.stop()
+    finally:
+        owner.kill()
+        owner.wait()
