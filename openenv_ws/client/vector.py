@@ -177,17 +177,29 @@ class VectorEnvClient:
         # Every open is sent once all handshakes are done and before any answer is
         # awaited: a server building one environment answers no handshake
         # meanwhile, so interleaving them would make the servers take turns.
-        for ws, core in zip(self._ws, self._cores, strict=True):
-            ws.send(encode(core.open_frame()))
         for i, (ws, core) in enumerate(zip(self._ws, self._cores, strict=True)):
-            frame = ws.recv(core.decode, timeout=_left(deadline))
-            try:
-                core.opened(frame)
-            except RemoteEnvError as exc:
-                raise RemoteEnvError(
-                    exc.code, f"env {i} ({self.urls[i]}): {exc.message}", fatal=exc.fatal
-                ) from None
+            ws.send(encode(core.open_frame()))
             self._selector.register(ws.fileno(), selectors.EVENT_READ, i)
+        # Answers are read from whichever socket is ready, so that every
+        # connection answers the server's pings while others are still opening.
+        waiting = set(range(len(self._ws)))
+        while waiting:
+            for key, _ in self._selector.select(_left(deadline)):
+                i = key.data
+                ws, core = self._ws[i], self._cores[i]
+                try:
+                    frame = ws.recv_nowait(core.decode)
+                except SessionClosed as exc:
+                    raise SessionClosed(exc.close_code, f"env {i}: {exc.reason}") from None
+                if frame is NOT_READY or i not in waiting:
+                    continue
+                waiting.discard(i)
+                try:
+                    core.opened(frame)
+                except RemoteEnvError as exc:
+                    raise RemoteEnvError(
+                        exc.code, f"env {i} ({self.urls[i]}): {exc.message}", fatal=exc.fatal
+                    ) from None
         first = self._cores[0].spec
         assert first is not None
         for i, core in enumerate(self._cores[1:], 1):
