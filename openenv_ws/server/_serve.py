@@ -14,6 +14,8 @@ from typing import Any
 
 import uvicorn
 
+from .drain import DrainingServer
+
 __all__ = ["ServerThread", "bind_socket", "uvicorn_config"]
 
 
@@ -74,7 +76,10 @@ class ServerThread:
         self._sock = bind_socket(host, port)
         self.host = host
         self.port: int = self._sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn_config(app, host=host, port=self.port, **config))
+        # Stopping drains like SIGTERM does: sessions get ``shutting_down`` and 1001.
+        self.server: uvicorn.Server = DrainingServer(
+            uvicorn_config(app, host=host, port=self.port, **config)
+        )
         self._thread = threading.Thread(
             target=self._run, name=f"openenv-ws-server:{self.port}", daemon=True
         )

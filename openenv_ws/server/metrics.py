@@ -28,7 +28,9 @@ from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 
-__all__ = ["STEP_BUCKETS", "LatencyHistogram", "ServerMetrics"]
+from ..protocol import ERRORS
+
+__all__ = ["COUNTERS", "STEP_BUCKETS", "LatencyHistogram", "ServerMetrics"]
 
 #: Upper bounds (seconds) of the step latency buckets: from a fast in-memory
 #: step (tens of microseconds) to a slow simulator step.
@@ -48,6 +50,10 @@ STEP_BUCKETS: tuple[float, ...] = (
     250e-3,
     1.0,
 )
+
+
+#: Counters kept here (``openenv_ws_<name>_total``); see ``_HELP`` for their meaning.
+COUNTERS = ("sessions_resumed", "resume_failures", "sessions_expired", "idle_closed", "replayed")
 
 
 class LatencyHistogram:
@@ -90,8 +96,9 @@ class ServerMetrics:
 
     def __init__(self, gauges: Callable[[], Mapping[str, float]] | None = None) -> None:
         self.step_seconds = LatencyHistogram()
-        self.errors: dict[str, int] = {}
-        self.counters: dict[str, int] = {}
+        # Every series exists from the start (at 0), as Prometheus expects of counters.
+        self.errors: dict[str, int] = dict.fromkeys(ERRORS, 0)
+        self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._gauges = gauges or dict
         self.registry = CollectorRegistry()
         self.registry.register(_Collector(self))

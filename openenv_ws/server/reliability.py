@@ -243,7 +243,9 @@ class Supervisor:
                 link.waiting = True
                 try:
                     message: Message | None = await receive()
+                    link.waiting = False
                 except asyncio.CancelledError:
+                    link.waiting = False
                     if not link.poked:
                         raise  # not a wake-up of ours
                     link.poked = False
@@ -251,17 +253,15 @@ class Supervisor:
                     assert task is not None
                     task.uncancel()
                     message = await _pending(link, receive)
-                link.waiting = False
             else:
                 message = await _pending(link, receive)
-            if message is None:
+            session = link.session
+            if message is None or session is None:  # ended, or taken over meanwhile
                 await self._farewell(link, send)
                 return False
             if message["type"] != "websocket.receive":
                 return message.get("code") in _DROPS  # websocket.disconnect
             link.count += 1
-            session = link.session
-            assert session is not None
             data = message.get("bytes")
             close: CloseRequest | None
             if data is None:

@@ -25,7 +25,7 @@ from openenv_ws.client import EnvClient
 from openenv_ws.protocol import Error, Open, Reset, Result, Step, decode_server_frame, encode
 from openenv_ws.testing import FakeEnvironment
 
-from .conftest import UNIT, wait_until
+from .conftest import UNIT, serve, wait_until
 from .rawws import RawWS
 
 SESSIONS = 8
@@ -143,3 +143,17 @@ def test_sigterm_with_no_session_exits_zero_at_once(
     proc.send_signal(signal.SIGTERM)
     assert wait_until(lambda: proc.poll() is not None, 30 * UNIT, what="exit") >= 0
     assert proc.returncode == 0
+
+
+def test_stopping_an_embedded_server_drains_its_sessions() -> None:
+    """ServerThread.stop drains as SIGTERM does: the open session ends with 1001, at once."""
+    with serve() as server:
+        env = EnvClient(server.url)
+        env.reset()
+        server.stop()
+        start = time.monotonic()
+        with pytest.raises(SessionClosed) as info:
+            env.step(0)
+        assert info.value.close_code == 1001 and "shutting down" in str(info.value)
+        assert time.monotonic() - start < 5 * UNIT  # no resume attempt against a closed port
+        env.close()

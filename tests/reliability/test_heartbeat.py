@@ -41,9 +41,7 @@ INTERVAL, TIMEOUT = 0.5 * UNIT, 0.5 * UNIT
 
 
 def spawn(url: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CLIENT, url], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", CLIENT, url], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     session_id = proc.stdout.readline().strip()
     assert session_id, "the client process did not open its session"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -88,3 +91,23 @@ def test_latency_histogram_buckets() -> None:
         hist.observe(value)
     assert hist.cumulative() == [("0.001", 2), ("0.01", 3), ("+Inf", 4)]
     assert hist.count == 4 and hist.total == pytest.approx(0.5035)
+
+
+def test_spec_lists_every_metric_and_health_field() -> None:
+    spec = (Path(__file__).resolve().parents[2] / "protocol" / "SPEC.md").read_text()
+    section = spec[spec.index("### 16.7 Health and metrics") :]
+    documented = set(re.findall(r"`(openenv_ws_[a-z_]+)", section))
+    with serve() as server:
+        with EnvClient(server.url) as env:  # so that every counter has a sample
+            env.reset()
+        families = {
+            f.name
+            for f in text_string_to_metric_families(httpx.get(f"{server.http_url}/metrics").text)
+        }
+        fields = set(health(server.http_url))
+    exposed = {name for name in families if not name.startswith("openenv_ws_process_")}
+    counters = {n.removesuffix("_total") for n in documented if n.endswith("_total")}
+    assert exposed - {n for n in documented if not n.endswith("_total")} == counters
+    assert "openenv_ws_process_*" in section or "openenv_ws_process_" in section
+    for name in ("status", "protocol", "sessions", "parked", "connections", "draining"):
+        assert name in fields and f"`{name}`" in section

@@ -10,6 +10,8 @@ actions: no step lost, none applied twice.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -185,13 +187,20 @@ def test_no_resume_when_the_server_keeps_no_sessions() -> None:
 
 
 def test_resume_fails_fast_when_the_server_is_gone() -> None:
-    with serve() as server:
-        env = EnvClient(server.url, config=CONFIG)
+    cmd = [sys.executable, "-m", "openenv_ws", "serve", "--env", "fake", "--port", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip().rsplit(" ", 1)[-1]
+        env = EnvClient(url, config=CONFIG)
         env.reset(seed=1)
+    finally:
+        proc.kill()  # gone without a word: no close frame, nothing listens any more
+        proc.communicate(timeout=10 * UNIT)
     start = time.monotonic()
     with pytest.raises(SessionClosed) as info:
-        env.step(0)  # the server went away: the resume is refused, not retried for 30 s
-    assert "could not be resumed" in str(info.value)
+        env.step(0)  # the reconnection is refused: given up after a second, not 30 s
+    assert info.value.close_code is None and "could not be resumed" in str(info.value)
     assert time.monotonic() - start < 20 * UNIT
     env.close()
 
