@@ -5,8 +5,11 @@ The server runs as its own process pinned to core 0; the client runs on core
 ``send``/``recv``), so the server's core never waits for the client. The
 reference is in-process ALE pinned to the same core 0, measured in the same
 run: one ``AtariEnvironment`` stepped in a loop, and the same number of
-environments stepped round-robin (the server's access pattern). Rounds
-alternate between contenders; each one's best round is kept.
+environments stepped round-robin (the server's access pattern). With
+``--bare``, the same client also drives ``benchmarks/bare_ws_server.py`` (the
+same session code behind the leanest possible asyncio WebSocket server), the
+floor any Python server of protocol v1 stands on. Rounds alternate between
+contenders; each one's best round is kept.
 
     python benchmarks/bench_vector.py --envs 16 --steps 6000 --rounds 3
 """
@@ -14,8 +17,14 @@ alternate between contenders; each one's best round is kept.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,6 +94,30 @@ def pipelined(
     return done / elapsed, cpu / done, done / batches
 
 
+@contextlib.contextmanager
+def _bare(wanted: bool) -> Iterator[tuple[psutil.Process, str] | None]:
+    """The bare server of benchmarks/bare_ws_server.py as a subprocess, if `wanted`."""
+    if not wanted:
+        yield None
+        return
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.bare_ws_server"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        found = re.search(r"ws://\S+", child.stdout.readline())
+        if found is None:
+            raise RuntimeError("benchmarks/bare_ws_server.py did not start")
+        yield psutil.Process(child.pid), found.group(0)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=16)
@@ -93,6 +126,9 @@ def main() -> None:
     parser.add_argument("--game", default="pong")
     parser.add_argument("--obs-type", default="rgb", choices=["rgb", "grayscale", "ram"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--bare", action="store_true", help="also measure benchmarks/bare_ws_server.py"
+    )
     parser.add_argument(
         "--busy-poll",
         type=float,
@@ -106,10 +142,20 @@ def main() -> None:
     best: dict[str, float] = {}
     cpu: dict[str, float] = {}
     batch = 0.0
-    with LocalServerProvider(args=["--no-web", "--pool-size", "0"]) as server:
+    remotes: dict[str, tuple[psutil.Process, str]] = {}
+    with (
+        LocalServerProvider(args=["--no-web", "--pool-size", "0"]) as server,
+        _bare(args.bare) as bare,
+    ):
         assert server.process is not None
-        server_process = psutil.Process(server.process.pid)
-        os.sched_setaffinity(server.process.pid, {SERVER_CORE})
+        remotes[f"websocket, {args.envs} sessions send/recv"] = (
+            psutil.Process(server.process.pid),
+            server.url,
+        )
+        if bare is not None:
+            remotes[f"bare asyncio server, {args.envs} sessions"] = bare
+        for process, _ in remotes.values():
+            os.sched_setaffinity(process.pid, {SERVER_CORE})
         os.sched_setaffinity(0, {CLIENT_CORE})
         for _ in range(args.rounds):
             runs = {
@@ -122,12 +168,12 @@ def main() -> None:
                 rate, per_step = run()
                 best[name] = max(best.get(name, 0.0), rate)
                 cpu[name] = min(cpu.get(name, float("inf")), per_step)
-            rate, per_step, batch = pipelined(
-                server_process, server.url, config, args.envs, args.steps, args.seed, args.busy_poll
-            )
-            name = f"websocket, {args.envs} sessions send/recv"
-            best[name] = max(best.get(name, 0.0), rate)
-            cpu[name] = min(cpu.get(name, float("inf")), per_step)
+            for name, (process, url) in remotes.items():
+                rate, per_step, batch = pipelined(
+                    process, url, config, args.envs, args.steps, args.seed, args.busy_poll
+                )
+                best[name] = max(best.get(name, 0.0), rate)
+                cpu[name] = min(cpu.get(name, float("inf")), per_step)
     ref = best["in-process, 1 env"]
     print(
         f"game={args.game} obs_type={args.obs_type} envs={args.envs} steps={args.steps} "
