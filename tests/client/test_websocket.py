@@ -162,8 +162,21 @@ def test_garbage_is_bad_frame_with_1002(fake_server: ServerThread) -> None:
 
 def test_oversize_message_is_closed_with_1009(fake_server: ServerThread) -> None:
     big = msgpack.packb({"op": "step", "id": 1, "action": 0, "pad": b"x" * (2 << 20)})
-    _, code = raw_exchange(fake_server.url, [encode(Open(id=1)), big])
-    assert code == 1009
+    codes = []
+    # The server refuses the frame from its header and closes with the rest of it
+    # unread, so the kernel may reset the connection before the client reads the
+    # close frame; a few attempts show the close code reliably.
+    for _ in range(5):
+        try:
+            _, code = raw_exchange(fake_server.url, [encode(Open(id=1)), big])
+        except (EOFError, OSError):
+            continue
+        codes.append(code)
+        if code == 1009:
+            break
+    assert codes and codes[-1] == 1009, codes
+    with EnvClient(fake_server.url) as env:  # the server is fine afterwards
+        env.reset()
 
 
 def test_pipelined_requests_answer_in_order(fake_server: ServerThread) -> None:
