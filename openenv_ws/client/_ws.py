@@ -122,6 +122,7 @@ class BlockingWebSocket:
         if secure:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         self._sock = sock
+        self._secure = secure
         self._buf = bytearray(_INITIAL_BUFFER)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -137,6 +138,7 @@ class BlockingWebSocket:
         except BaseException:
             self._abort()
             raise
+        self._timeout = -1.0  # the handshake's timeout mode; the first read sets its own
 
     # ------------------------------------------------------------------ handshake
 
@@ -203,9 +205,21 @@ class BlockingWebSocket:
     # ------------------------------------------------------------------ I/O
 
     def _set_timeout(self, timeout: float | None) -> None:
-        if timeout != self._timeout:
+        if timeout == self._timeout:
+            return
+        self._timeout = timeout
+        if timeout == 0.0 or self._secure:
             self._sock.settimeout(timeout)
-            self._timeout = timeout
+            return
+        # Blocking mode with kernel timeouts: Python's own timeouts wait in poll()
+        # before every read (one more syscall per read, and a MSG_DONTWAIT read
+        # would still sleep), while SO_RCVTIMEO makes the blocking read itself
+        # give up with EAGAIN.
+        self._sock.settimeout(None)
+        seconds = 0.0 if timeout is None else max(timeout, 1e-6)
+        tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
     def send(self, data: bytes, *, opcode: int = _OP_BINARY) -> None:
         """Send one message (a single masked frame)."""
@@ -240,7 +254,8 @@ class BlockingWebSocket:
                     got = self._spin() if self.busy_poll else -1
                     if got < 0:
                         got = self._sock.recv_into(self._view[self._end :])
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):
+                # BlockingIOError here is SO_RCVTIMEO expiring on a blocking read.
                 raise RequestTimeout(
                     f"no reply within {self._timeout} s; the request may still complete, "
                     "its late reply will be discarded"
