@@ -5,7 +5,10 @@ With a token configured, every HTTP route and the WebSocket handshake need
 before anything else runs, so routes added to the app later are covered
 without further work. ``GET /health`` stays public: liveness probes (Docker
 ``HEALTHCHECK``, Kubernetes, the local server provider) carry no secrets, and
-the answer holds only counters, never a session id or a token.
+the answer holds only counters, never a session id or a token. The web page's
+static files (``/``, ``/web/...``) are public too: a browser cannot send the
+header when loading a page, the files hold no secrets, and the page's own
+session carries the token in its ``open`` frame.
 
 A WebSocket handshake *without* an ``Authorization`` header is let through
 (browsers cannot set that header on a WebSocket); such a connection must then
@@ -26,6 +29,7 @@ from typing import Any
 __all__ = [
     "AUTHENTICATED",
     "PUBLIC_PATHS",
+    "PUBLIC_PREFIXES",
     "TOKEN_ENV",
     "TokenAuth",
     "exposure_warning",
@@ -37,8 +41,10 @@ __all__ = [
 TOKEN_ENV = "OPENENV_WS_TOKEN"
 #: Scope key set to True when the request carried the right token in its header.
 AUTHENTICATED = "openenv_ws.authenticated"
-#: HTTP paths answered without a token (liveness probes).
-PUBLIC_PATHS = frozenset({"/health"})
+#: HTTP paths answered without a token (liveness probes, the web page).
+PUBLIC_PATHS = frozenset({"/health", "/", "/web", "/web/"})
+#: HTTP path prefixes answered without a token (the web page's static files).
+PUBLIC_PREFIXES = ("/web/",)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -117,7 +123,8 @@ class TokenAuth:
         kind = scope["type"]
         if kind == "http":
             verdict = self._verdict(scope)
-            if verdict or scope["path"] in self._public:
+            path = scope["path"]
+            if verdict or path in self._public or path.startswith(PUBLIC_PREFIXES):
                 scope[AUTHENTICATED] = bool(verdict)
                 await self.app(scope, receive, send)
                 return

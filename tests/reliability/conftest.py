@@ -46,10 +46,11 @@ def serve(
     token: str | None = None,
     ping_interval: float | None = 20.0,
     ping_timeout: float | None = 20.0,
+    web: bool = False,
     **limits: Any,
 ) -> Iterator[ServerThread]:
     """A live server on a loopback port with the given limits."""
-    app = create_app(factory, limits=ServerLimits(**limits), token=token, web=False)
+    app = create_app(factory, limits=ServerLimits(**limits), token=token, web=web)
     with ServerThread(app, ping_interval=ping_interval, ping_timeout=ping_timeout) as server:
         yield server
 

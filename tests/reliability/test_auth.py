@@ -92,7 +92,7 @@ def test_the_token_in_open_works_without_a_header() -> None:
         ws.close()
 
 
-ROUTES = ["/metrics", "/v1/sessions", "/web/", "/state", "/no/such/route"]
+ROUTES = ["/metrics", "/v1/sessions", "/state", "/no/such/route"]
 
 
 @pytest.mark.parametrize("path", ROUTES)
@@ -114,6 +114,19 @@ def test_health_is_public_and_metrics_with_the_token() -> None:
             f"{server.http_url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
         )
         assert metrics.status_code == 200 and "openenv_ws_sessions" in metrics.text
+
+
+@pytest.mark.parametrize("path", ["/", "/web/", "/web/app.js", "/web/info"])
+def test_the_web_page_loads_without_a_header_but_its_session_needs_the_token(path: str) -> None:
+    """A browser cannot send the header when loading a page; the page's session sends it in open."""
+    with serve(token=TOKEN, web=True) as server:
+        page = httpx.get(f"{server.http_url}{path}", follow_redirects=True)
+        assert page.status_code == 200, path
+        ws = BlockingWebSocket(server.url)
+        ws.send(encode(Open(id=1)))
+        refused = ws.recv(decode_server_frame, timeout=5 * UNIT)
+        assert isinstance(refused, Error) and refused.code == "auth"
+        ws.close()
 
 
 def test_token_comparison() -> None:
