@@ -6,9 +6,11 @@ with the same options, seed and actions it yields the same observations,
 rewards and ``terminated``/``truncated`` flags.
 
 Construction loads the ROM (about 0.1 s); :meth:`AtariEnvironment.reset`
-without a seed is cheap, so instances can be made ahead of time per config.
-A seeded reset reloads the ROM, as ale-py's own environment does, because the
-emulator's random generator is only re-seeded on load.
+is cheap, seeded or not, so instances can be made ahead of time per config.
+ale-py's own environment reloads the ROM on a seeded reset, because the
+emulator seeds its random generator only on load; this one restores the state
+a load leaves, with the generator seeded as the load would have, and gets the
+same episode without loading again.
 """
 
 from __future__ import annotations
@@ -228,8 +230,9 @@ class AtariEnvironment(Environment):
         ale.setFloat("repeat_action_probability", cfg["repeat_action_probability"])
         if cfg["max_num_frames_per_episode"] is not None:
             ale.setInt("max_num_frames_per_episode", cfg["max_num_frames_per_episode"])
-        self._seed_game(None)
+        seeds = self._seed_game(None)
         ale.loadROM(self._rom_path)
+        self._post_load = _PostLoadState.capture(ale, seeds[1])
         self._modes = [int(m) for m in ale.getAvailableModes()]
         self._difficulties = [int(d) for d in ale.getAvailableDifficulties()]
         self._check_choice("mode", self._mode, self._modes)
@@ -340,8 +343,10 @@ class AtariEnvironment(Environment):
 
         Args:
             seed: a non-negative integer; seeds the emulator and the frameskip
-                generator and reloads the ROM, exactly like ale-py's
-                ``reset(seed=...)``. Without a seed the generators run on.
+                generator and starts from the freshly loaded game, exactly
+                like ale-py's ``reset(seed=...)`` (which reloads the ROM; this
+                restores the loaded state instead). Without a seed the
+                generators run on.
             episode_id: the id reported by :meth:`state`; a random hex id if None.
             options: no reset options exist; must be empty or None.
 
@@ -368,7 +373,11 @@ class AtariEnvironment(Environment):
                     code="bad_request",
                 )
             seeds = self._seed_game(seed)
-            ale.loadROM(self._rom_path)
+            if self._post_load is None or seeds[1] == _CLOCK_SEED:
+                ale.loadROM(self._rom_path)
+            else:
+                # Loading costs ~0.1 s with the GIL held, stalling every session of the process.
+                ale.restoreState(self._post_load.state(seeds[1]))
             self._apply_mode()
         ale.reset_game()
         self._repeats.start(ale, ale_py.Action.NOOP)
@@ -596,6 +605,70 @@ def _mt19937_state(serialized: bytes) -> tuple[np.ndarray[Any, Any], int] | None
     if serialized[start - 4 : start] != len(text).to_bytes(4, "little"):
         return None
     return np.array(found.group(1).split(), dtype=np.uint32), int(found.group(2))
+
+
+# ALEState.serialize(): six 4-byte ints (paddles, frame numbers, mode, difficulty),
+# the emulator's state as a length-prefixed string, then two ints (paddle limits).
+_OUTER_INTS = 24
+_U32 = struct.Struct("<I")
+# ALE reads a random_seed of -1 (this unsigned seed, signed) as "seed from the clock".
+_CLOCK_SEED = (1 << 32) - 1
+
+
+class _PostLoadState:
+    """The state ``loadROM`` leaves, for any seed, without loading again.
+
+    ``random_seed`` only seeds the environment generator (std::mt19937, the one
+    sticky actions draw from); the system generator has a fixed seed of its
+    own. Until a load first draws from the environment generator it runs the
+    same for every seed, so a load that draws nothing sets up the same state
+    for every seed but for that generator, whose text is the last field of the
+    serialized state: a load with seed ``s`` leaves this state with the text of
+    a freshly seeded mt19937 in its place. ``reset_game`` resets the system and
+    starts the episode as after a real load.
+
+    :meth:`capture` checks that its load drew nothing (true of all bundled
+    games but those whose ROM settings press buttons while loading, such as
+    Berzerk): the captured generator must be the freshly seeded one.
+    """
+
+    __slots__ = ("_head", "_inner", "_tail")
+
+    def __init__(self, head: bytes, inner: bytes, tail: bytes) -> None:
+        self._head, self._inner, self._tail = head, inner, tail
+
+    @classmethod
+    def capture(cls, ale: ale_py.ALEInterface, ale_seed: int) -> _PostLoadState | None:
+        """Split the state of a load seeded with ``ale_seed``; None for an unknown layout."""
+        serialized = ale.cloneState(include_rng=True).serialize()
+        matches = list(_MT19937_TEXT.finditer(serialized))
+        inner_start = _OUTER_INTS + _U32.size
+        if not matches or matches[-1].start() - _U32.size < inner_start:
+            return None
+        start, end = matches[-1].span()
+        if _U32.unpack_from(serialized, _OUTER_INTS)[0] != end - inner_start:
+            return None  # the generator is not the emulator state's last field
+        post_load = cls(
+            serialized[:_OUTER_INTS], serialized[inner_start : start - _U32.size], serialized[end:]
+        )
+        # Rebuilt with the load's own seed it must give back ALE's exact bytes: this
+        # checks the layout and that numpy's legacy seeding is std::mt19937's.
+        return post_load if post_load.serialized(ale_seed) == serialized else None
+
+    def serialized(self, ale_seed: int) -> bytes:
+        """The serialized state a load with ``random_seed`` ``ale_seed`` leaves."""
+        # RandomState seeds an integer the legacy way, std::mt19937's seed(value).
+        state = np.random.RandomState(ale_seed).get_state(legacy=False)
+        key, pos = state["state"]["key"], state["state"]["pos"]
+        text = f"{' '.join(map(str, key.tolist()))} {pos}".encode()
+        inner_len = len(self._inner) + _U32.size + len(text)
+        return b"".join(
+            (self._head, _U32.pack(inner_len), self._inner, _U32.pack(len(text)), text, self._tail)
+        )
+
+    def state(self, ale_seed: int) -> ale_py.ALEState:
+        """:meth:`serialized` as a state to restore."""
+        return ale_py.ALEState(self.serialized(ale_seed))
 
 
 class _RepeatTracker:

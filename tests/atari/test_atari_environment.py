@@ -218,7 +218,7 @@ def test_mode_and_difficulty_are_applied() -> None:
         env.reset(seed=0)
         state = env.state()
         assert (state["mode"], state["difficulty"]) == (12, 1)
-        env.reset(seed=4)  # a seeded reset reloads the ROM and must re-apply them
+        env.reset(seed=4)  # a seeded reset starts from the loaded game and must re-apply them
         assert (env.state()["mode"], env.state()["difficulty"]) == (12, 1)
     finally:
         env.close()
