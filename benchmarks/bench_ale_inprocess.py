@@ -17,18 +17,27 @@ wrapper costs, so a second table isolates the wrapper: once the frame limit
 is reached ALE's ``act`` returns without emulating, and the same loops then
 measure only the Python around it (RAM observation, which costs ~0.3 us).
 
+A third table times resets: a seeded one as AtariEnvironment does it (restore
+the state a ROM load leaves), the same with the ROM reloaded (ale-py's way,
+and this environment's fallback), gymnasium's ``reset(seed=...)``, and an
+unseeded reset. Each holds the GIL throughout, so a thread that wakes every
+millisecond (as another session's step would) measures the stall it causes:
+the longest gap between its wake-ups while the resets run.
+
 Usage::
 
     python benchmarks/bench_ale_inprocess.py [--game pong] [--obs-type rgb]
-        [--steps 2000] [--rounds 7]
+        [--steps 2000] [--rounds 7] [--resets 10] [--only steps|resets]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import ale_py
 import numpy as np
@@ -94,14 +103,20 @@ def _ours(env: AtariEnvironment, seed: int, *, obs: bool) -> Runner:
     return lambda: env.reset(seed=seed) and None, run
 
 
-def _gym(game: str, obs_type: str, seed: int) -> Runner | None:
+def _gym_env(game: str, obs_type: str) -> Any:
+    """ale-py's own ``ALE/<Game>-v5`` env, or None without gymnasium."""
     try:
         import gymnasium
     except ImportError:
         return None
     gymnasium.register_envs(ale_py)
-    name = "ALE/" + game.title().replace("_", "") + "-v5"
-    env = gymnasium.make(name, obs_type=obs_type)
+    return gymnasium.make("ALE/" + game.title().replace("_", "") + "-v5", obs_type=obs_type)
+
+
+def _gym(game: str, obs_type: str, seed: int) -> Runner | None:
+    env = _gym_env(game, obs_type)
+    if env is None:
+        return None
 
     def run(indices: list[int]) -> None:
         for i in indices:
@@ -156,13 +171,88 @@ def _idle_overhead(game: str, calls: int, rounds: int) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+class _Ticker(threading.Thread):
+    """Wakes every millisecond and records the gaps between its wake-ups."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.gaps: list[float] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        last = time.perf_counter()
+        while not self._done.is_set():
+            time.sleep(0.001)
+            now = time.perf_counter()
+            self.gaps.append(now - last)
+            last = now
+
+    def stop(self) -> float:
+        """Stop; the longest gap in ms."""
+        self._done.set()
+        self.join()
+        return max(self.gaps) * 1e3
+
+
+def _reset_costs(game: str, obs_type: str, resets: int, rounds: int) -> None:
+    """Print median ms per reset and the longest stall of a 1 ms ticker thread."""
+    config = {"game": game, "obs_type": obs_type}
+    restoring, reloading = AtariEnvironment(config), AtariEnvironment(config)
+    reloading._post_load = None  # the fallback path: load the ROM as ale-py does
+    contenders: dict[str, Callable[[int], object]] = {
+        "seeded, restore": lambda s: restoring.reset(seed=s),
+        "seeded, reload ROM": lambda s: reloading.reset(seed=s),
+        "unseeded": lambda s: restoring.reset(),
+    }
+    gym_env = _gym_env(game, obs_type)
+    if gym_env is not None:
+        contenders["gymnasium reset(seed)"] = lambda s: gym_env.reset(seed=s)
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    stalls: dict[str, list[float]] = {name: [] for name in contenders}
+    idle: list[float] = []
+    for r in range(rounds):
+        ticker = _Ticker()
+        ticker.start()
+        time.sleep(0.05)
+        idle.append(ticker.stop())
+        for name, reset in contenders.items():
+            ticker = _Ticker()
+            ticker.start()
+            time.sleep(0.005)
+            for i in range(resets):
+                start = time.perf_counter()
+                reset(r * resets + i)
+                times[name].append((time.perf_counter() - start) * 1e3)
+                time.sleep(0.003)  # let the ticker run between resets
+            stalls[name].append(ticker.stop())
+    restoring.close()
+    reloading.close()
+    print(
+        f"\nresets: game={game} obs_type={obs_type} {resets} resets x {rounds} rounds; "
+        f"ticker alone: longest gap {statistics.median(idle):.2f} ms (median of rounds)"
+    )
+    base = statistics.median(times["seeded, reload ROM"])
+    print(f"{'reset':<24}{'median ms':>10}{'vs reload':>11}{'longest ticker gap ms':>23}")
+    for name in contenders:
+        value = statistics.median(times[name])
+        print(
+            f"{name:<24}{value:>10.2f}{value / base:>11.3f}{statistics.median(stalls[name]):>23.2f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--game", default="pong")
     parser.add_argument("--obs-type", default="rgb", choices=("rgb", "grayscale", "ram"))
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--resets", type=int, default=10, help="resets per contender and round")
+    parser.add_argument("--only", choices=("steps", "resets"))
     args = parser.parse_args()
+    if args.only != "steps":
+        _reset_costs(args.game, args.obs_type, args.resets, args.rounds)
+    if args.only == "resets":
+        return
 
     seed = 2024
     env = AtariEnvironment({"game": args.game, "obs_type": args.obs_type})
