@@ -1,9 +1,8 @@
 """Running the app under uvicorn with the settings measured fastest here.
 
-``websockets-sansio`` is uvicorn's leanest WebSocket implementation (used
-here without its per-message read pause, see ``_wsproto``) and uvloop its
-fastest loop; permessage-deflate stays off (on loopback it costs about 3x on
-100 KB frames and saves nothing).
+``websockets-sansio`` is uvicorn's leanest WebSocket implementation and
+uvloop its fastest loop; permessage-deflate stays off (on loopback it costs
+about 3x on 100 KB frames and saves nothing).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from typing import Any
 
 import uvicorn
 
-from ._wsproto import LeanWebSocketProtocol
 from .drain import DrainingServer
 
 __all__ = ["ServerThread", "bind_socket", "uvicorn_config"]
@@ -41,7 +39,7 @@ def uvicorn_config(
         app,
         host=host,
         port=port,
-        ws=LeanWebSocketProtocol,
+        ws="websockets-sansio",
         loop=_loop_name(),
         ws_per_message_deflate=False,
         ws_max_size=max_frame_size,
