@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import struct
 import threading
 
-import msgpack
 import numpy as np
 import pytest
 from websockets.exceptions import ConnectionClosed
@@ -12,7 +12,8 @@ from websockets.sync.client import connect
 
 from openenv_ws import InvalidState, RemoteEnvError, ServerUnavailable, SessionClosed
 from openenv_ws.client import AsyncEnvClient, EnvClient
-from openenv_ws.protocol import Error, Open, decode_server_frame, encode
+from openenv_ws.client._ws import BlockingWebSocket
+from openenv_ws.protocol import Error, Open, Opened, decode_server_frame, encode
 from openenv_ws.server import ServerThread, bind_socket
 from openenv_ws.testing import FakeEnvironment
 
@@ -161,20 +162,16 @@ def test_garbage_is_bad_frame_with_1002(fake_server: ServerThread) -> None:
 
 
 def test_oversize_message_is_closed_with_1009(fake_server: ServerThread) -> None:
-    big = msgpack.packb({"op": "step", "id": 1, "action": 0, "pad": b"x" * (2 << 20)})
-    codes = []
-    # The server refuses the frame from its header and closes with the rest of it
-    # unread, so the kernel may reset the connection before the client reads the
-    # close frame; a few attempts show the close code reliably.
-    for _ in range(5):
-        try:
-            _, code = raw_exchange(fake_server.url, [encode(Open(id=1)), big])
-        except (EOFError, OSError):
-            continue
-        codes.append(code)
-        if code == 1009:
-            break
-    assert codes and codes[-1] == 1009, codes
+    """The size limit is checked on the frame header, before any payload is read."""
+    ws = BlockingWebSocket(fake_server.url)
+    ws.send(encode(Open(id=1)))
+    assert isinstance(ws.recv(decode_server_frame, timeout=5 * UNIT), Opened)
+    # Only the header of a 2 MiB binary frame: with no payload bytes unread on the
+    # server, its close frame reaches us instead of a connection reset.
+    ws._sock.sendall(struct.pack("!BBQ", 0x82, 0x80 | 127, 2 << 20) + b"\0\0\0\0")
+    with pytest.raises(SessionClosed) as closed:
+        ws.recv(decode_server_frame, timeout=5 * UNIT)
+    assert closed.value.close_code == 1009
     with EnvClient(fake_server.url) as env:  # the server is fine afterwards
         env.reset()
 
