@@ -9,7 +9,7 @@ frames into :class:`StepResult`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -24,10 +24,12 @@ from ..protocol import (
     Error,
     Open,
     Opened,
+    Reset,
     Result,
     ServerFrame,
     SnapshotData,
     StateReply,
+    Step,
     decode_server_frame,
 )
 
@@ -101,6 +103,16 @@ class ClientCore:
             id=self.next_id(), version=PROTOCOL_VERSION, config=self.config, token=self.token
         )
 
+    def reset_frame(
+        self, seed: int | None, episode_id: str | None, options: Mapping[str, Any] | None
+    ) -> Reset:
+        return Reset(
+            id=self.next_id(), seed=seed, episode_id=episode_id, options=dict(options or {})
+        )
+
+    def step_frame(self, action: Any, obs: bool) -> Step:
+        return Step(id=self.next_id(), action=action, obs=obs)
+
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
@@ -153,3 +165,42 @@ def result_of(frame: Result) -> StepResult[np.ndarray[Any, Any] | None]:
     return StepResult(
         frame.obs, frame.reward, frame.terminated, frame.truncated, frame.done, frame.info
     )
+
+
+def plain_action(action: Any) -> Any:
+    """The default wire form of a user action: numpy integer scalars become ints."""
+    return int(action) if isinstance(action, np.integer) else action
+
+
+class SessionFacts:
+    """``spec`` and ``session_id`` of an open session, shared by every client."""
+
+    _core: ClientCore
+
+    @property
+    def spec(self) -> EnvSpec:
+        """The session's action and observation spaces (from ``opened``)."""
+        assert self._core.spec is not None, "the session is not open yet"
+        return self._core.spec
+
+    @property
+    def session_id(self) -> str:
+        assert self._core.session_id is not None, "the session is not open yet"
+        return self._core.session_id
+
+
+C = TypeVar("C")
+
+
+def on_local_server(open_client: Callable[[str], C]) -> C:
+    """Start a local server, open a client on its URL; the client stops it on close."""
+    from ..providers.local import LocalServerProvider
+
+    provider = LocalServerProvider().start()
+    try:
+        client = open_client(provider.url)
+    except BaseException:
+        provider.stop()
+        raise
+    client._provider = provider  # type: ignore[attr-defined]
+    return client

@@ -8,12 +8,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
-import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from .._logsafe import redact_credentials
-from ..environment import EnvSpec
 from ..errors import (
     AuthError,
     InvalidState,
@@ -25,17 +23,15 @@ from ..errors import (
 from ..protocol import (
     Close,
     GetState,
-    Reset,
     Restore,
     Result,
     ServerFrame,
     Snapshot,
     SnapshotData,
     StateReply,
-    Step,
     encode,
 )
-from ._core import DEFAULT, ClientCore, StepResult, result_of
+from ._core import DEFAULT, ClientCore, SessionFacts, StepResult, plain_action, result_of
 from ._resume import Resumption, can_resume
 from ._ws import normalize_url
 
@@ -46,7 +42,7 @@ logger = logging.getLogger("openenv_ws.client")
 ObsT = TypeVar("ObsT")
 
 
-class AsyncEnvClient(Generic[ObsT]):
+class AsyncEnvClient(SessionFacts, Generic[ObsT]):
     """A session with a remote environment over one WebSocket (asyncio).
 
     Create it with ``await AsyncEnvClient.connect(url, config=...)`` or use it
@@ -128,16 +124,6 @@ class AsyncEnvClient(Generic[ObsT]):
                 "is the server running?"
             ) from None
 
-    @property
-    def spec(self) -> EnvSpec:
-        assert self._core.spec is not None, "the session is not open yet"
-        return self._core.spec
-
-    @property
-    def session_id(self) -> str:
-        assert self._core.session_id is not None, "the session is not open yet"
-        return self._core.session_id
-
     async def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
         if self._ws is None:
             raise InvalidState(
@@ -218,9 +204,7 @@ class AsyncEnvClient(Generic[ObsT]):
         timeout: float | None = DEFAULT,
     ) -> StepResult[ObsT]:
         """Start a new episode (deterministic for a given seed)."""
-        frame = Reset(
-            id=self._core.next_id(), seed=seed, episode_id=episode_id, options=dict(options or {})
-        )
+        frame = self._core.reset_frame(seed, episode_id, options)
         reply = await self._request(frame, self._t(timeout))
         return self._result_from_wire(ClientCore.expect(reply, Result))
 
@@ -228,9 +212,7 @@ class AsyncEnvClient(Generic[ObsT]):
         self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
     ) -> StepResult[ObsT]:
         """Advance one step; with ``obs=False`` the observation is left out (None)."""
-        if isinstance(action, np.integer):
-            action = int(action)
-        frame = Step(id=self._core.next_id(), action=self._action_to_wire(action), obs=obs)
+        frame = self._core.step_frame(self._action_to_wire(action), obs)
         reply = await self._request(frame, self._t(timeout))
         return self._result_from_wire(ClientCore.expect(reply, Result))
 
@@ -272,7 +254,7 @@ class AsyncEnvClient(Generic[ObsT]):
 
     # hooks for typed clients (same as EnvClient's)
     def _action_to_wire(self, action: Any) -> Any:
-        return action
+        return plain_action(action)
 
     def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
         return result_of(frame)  # type: ignore[return-value]

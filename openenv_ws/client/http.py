@@ -19,26 +19,29 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
-import numpy as np
-
-from ..environment import EnvSpec
 from ..errors import InvalidState, ProtocolError, ServerUnavailable
 from ..jsonview import frame_to_json, server_frame_from_json
 from ..openenv_dialect import action_from_openenv, legal_actions, result_payload, state_payload
 from ..protocol import (
     ClientFrame,
     Close,
-    Reset,
     Restore,
     Result,
     ServerFrame,
     Snapshot,
     SnapshotData,
     StateReply,
-    Step,
     encode,
 )
-from ._core import DEFAULT, ClientCore, StepResult, result_of
+from ._core import (
+    DEFAULT,
+    ClientCore,
+    SessionFacts,
+    StepResult,
+    on_local_server,
+    plain_action,
+    result_of,
+)
 from ._http import HTTPConnection
 
 if TYPE_CHECKING:
@@ -72,7 +75,7 @@ def http_base(url: str) -> tuple[str, str, int, str]:
     return scheme, parts.hostname, port, prefix
 
 
-class HTTPEnvClient(Generic[ObsT]):
+class HTTPEnvClient(SessionFacts, Generic[ObsT]):
     """A session with a remote environment over the HTTP fallback (blocking).
 
     Same API as :class:`~openenv_ws.client.EnvClient`::
@@ -160,29 +163,9 @@ class HTTPEnvClient(Generic[ObsT]):
 
         The server stops when this client is closed.
         """
-        from ..providers.local import LocalServerProvider
-
-        provider = LocalServerProvider().start()
-        try:
-            client = cls(provider.url, config=config, **kwargs)
-        except BaseException:
-            provider.stop()
-            raise
-        client._provider = provider
-        return client
+        return on_local_server(lambda url: cls(url, config=config, **kwargs))
 
     # ------------------------------------------------------------------ properties
-
-    @property
-    def spec(self) -> EnvSpec:
-        """The session's action and observation spaces (from ``opened``)."""
-        assert self._core.spec is not None
-        return self._core.spec
-
-    @property
-    def session_id(self) -> str:
-        assert self._core.session_id is not None
-        return self._core.session_id
 
     @property
     def closed(self) -> bool:
@@ -238,9 +221,7 @@ class HTTPEnvClient(Generic[ObsT]):
         timeout: float | None = DEFAULT,
     ) -> StepResult[ObsT]:
         """Start a new episode (deterministic for a given seed)."""
-        frame = Reset(
-            id=self._core.next_id(), seed=seed, episode_id=episode_id, options=dict(options or {})
-        )
+        frame = self._core.reset_frame(seed, episode_id, options)
         reply = self._request("POST", "reset", frame, timeout)
         return self._result_from_wire(ClientCore.expect(reply, Result))
 
@@ -248,7 +229,7 @@ class HTTPEnvClient(Generic[ObsT]):
         self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
     ) -> StepResult[ObsT]:
         """Advance one step; with ``obs=False`` the observation is left out (None)."""
-        frame = Step(id=self._core.next_id(), action=self._action_to_wire(action), obs=obs)
+        frame = self._core.step_frame(self._action_to_wire(action), obs)
         reply = self._request("POST", "step", frame, timeout)
         return self._result_from_wire(ClientCore.expect(reply, Result))
 
@@ -294,9 +275,7 @@ class HTTPEnvClient(Generic[ObsT]):
         """Turn a user action into the wire ``action`` value."""
         if self._step_payload_hook is not None:
             return action_from_openenv(self._step_payload_hook(action))
-        if isinstance(action, np.integer):
-            return int(action)
-        return action
+        return plain_action(action)
 
     def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
         """Turn a ``result`` frame into the client's result type."""

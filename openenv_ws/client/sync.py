@@ -7,24 +7,27 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import numpy as np
-
-from ..environment import EnvSpec
 from ..errors import InvalidState, OpenEnvError, SessionClosed
 from ..protocol import (
     Close,
     GetState,
-    Reset,
     Restore,
     Result,
     ServerFrame,
     Snapshot,
     SnapshotData,
     StateReply,
-    Step,
     encode,
 )
-from ._core import DEFAULT, ClientCore, StepResult, result_of
+from ._core import (
+    DEFAULT,
+    ClientCore,
+    SessionFacts,
+    StepResult,
+    on_local_server,
+    plain_action,
+    result_of,
+)
 from ._resume import Resumption, can_resume
 from ._ws import BlockingWebSocket, normalize_url
 
@@ -38,7 +41,7 @@ logger = logging.getLogger("openenv_ws.client")
 ObsT = TypeVar("ObsT")
 
 
-class EnvClient(Generic[ObsT]):
+class EnvClient(SessionFacts, Generic[ObsT]):
     """A session with a remote environment over one WebSocket (blocking).
 
     Example::
@@ -115,29 +118,9 @@ class EnvClient(Generic[ObsT]):
 
         The server stops when this client is closed.
         """
-        from ..providers.local import LocalServerProvider
-
-        provider = LocalServerProvider().start()
-        try:
-            client = cls(provider.url, config=config, **kwargs)
-        except BaseException:
-            provider.stop()
-            raise
-        client._provider = provider
-        return client
+        return on_local_server(lambda url: cls(url, config=config, **kwargs))
 
     # ------------------------------------------------------------------ properties
-
-    @property
-    def spec(self) -> EnvSpec:
-        """The session's action and observation spaces (from ``opened``)."""
-        assert self._core.spec is not None
-        return self._core.spec
-
-    @property
-    def session_id(self) -> str:
-        assert self._core.session_id is not None
-        return self._core.session_id
 
     @property
     def closed(self) -> bool:
@@ -216,9 +199,7 @@ class EnvClient(Generic[ObsT]):
         timeout: float | None = DEFAULT,
     ) -> StepResult[ObsT]:
         """Start a new episode (deterministic for a given seed)."""
-        frame = Reset(
-            id=self._core.next_id(), seed=seed, episode_id=episode_id, options=dict(options or {})
-        )
+        frame = self._core.reset_frame(seed, episode_id, options)
         reply = self._request(frame, self.timeout if timeout is DEFAULT else timeout)
         return self._result_from_wire(ClientCore.expect(reply, Result))
 
@@ -226,7 +207,7 @@ class EnvClient(Generic[ObsT]):
         self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
     ) -> StepResult[ObsT]:
         """Advance one step; with ``obs=False`` the observation is left out (None)."""
-        frame = Step(id=self._core.next_id(), action=self._action_to_wire(action), obs=obs)
+        frame = self._core.step_frame(self._action_to_wire(action), obs)
         reply = self._request(frame, self.timeout if timeout is DEFAULT else timeout)
         if type(reply) is not Result:
             ClientCore.expect(reply, Result)
@@ -285,9 +266,7 @@ class EnvClient(Generic[ObsT]):
 
     def _action_to_wire(self, action: Any) -> Any:
         """Turn a user action into the wire ``action`` value."""
-        if isinstance(action, np.integer):
-            return int(action)
-        return action
+        return plain_action(action)
 
     def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
         """Turn a ``result`` frame into the client's result type."""
