@@ -1,8 +1,10 @@
 """Running the app under uvicorn with the settings measured fastest here.
 
-``websockets-sansio`` is uvicorn's leanest WebSocket implementation and
-uvloop its fastest loop; permessage-deflate stays off (on loopback it costs
-about 3x on 100 KB frames and saves nothing).
+WebSockets are served by :class:`~openenv_ws.server._fastws.FastWebSocketProtocol`
+(uvicorn's ``websockets-sansio``, its leanest implementation, with binary
+messages parsed, served and framed inline) and uvloop is the event loop;
+permessage-deflate stays off (on loopback it costs about 3x on 100 KB frames
+and saves nothing).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from ._fastws import FastWebSocketProtocol
 from .drain import DrainingServer
 
 __all__ = ["ServerThread", "bind_socket", "uvicorn_config"]
@@ -39,7 +42,7 @@ def uvicorn_config(
         app,
         host=host,
         port=port,
-        ws="websockets-sansio",
+        ws=FastWebSocketProtocol,
         loop=_loop_name(),
         ws_per_message_deflate=False,
         ws_max_size=max_frame_size,

@@ -119,11 +119,14 @@ class SessionEndpoint:
         if message["type"] != "websocket.connect":
             return
         await send({"type": "websocket.accept"})
-        if self._openenv is not None:
-            # A first text message holding an OpenEnv message selects OpenEnv's JSON dialect.
-            dialect = self._openenv.websocket(receive, send)
-            receive, send = dialect.receive, dialect.send
-        await self._supervisor.run(scope, receive, send)
+        if self._openenv is None:
+            await self._supervisor.run(scope, receive, send)
+            return
+        # A first text message holding an OpenEnv message selects OpenEnv's JSON dialect.
+        dialect = self._openenv.websocket(receive, send)
+        await self._supervisor.run(
+            scope, dialect.receive, dialect.send, native=lambda: dialect.passthrough
+        )
 
 
 def create_app(

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from .._logsafe import redact_credentials
 from ..environment import EnvFactory
 from ..protocol import Open, SessionState
+from ._fastws import DIRECT
 from ._session import CloseRequest, ServerSession
 from .auth import AUTHENTICATED, token_matches
 from .metrics import ServerMetrics
@@ -76,6 +77,7 @@ class Link:
         "count",
         "drain_until",
         "ending",
+        "inline_close",
         "mark",
         "mark_time",
         "poked",
@@ -95,6 +97,7 @@ class Link:
         self.mark = 0
         self.mark_time = now
         self.drain_until: float | None = None
+        self.inline_close = False  # a request served inline ended the session with a close
 
     def end(self, reason: str) -> None:
         """Ask the link to finish: at once if it waits for a message, else after its reply."""
@@ -206,13 +209,30 @@ class Supervisor:
 
     # ------------------------------------------------------------------ one connection
 
-    async def run(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        """Serve an accepted WebSocket connection until it ends."""
+    async def run(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Receive,
+        send: Send,
+        *,
+        native: Callable[[], bool] | None = None,
+    ) -> None:
+        """Serve an accepted WebSocket connection until it ends.
+
+        Args:
+            native: says whether the connection speaks protocol v1 as it is
+                (not a dialect translated by `receive`/`send`); only then may
+                its requests be served inline by the WebSocket protocol (see
+                :mod:`openenv_ws.server._fastws`). None: always.
+        """
         link = self.connect(scope)
+        inline = scope.get("extensions", {}).get(DIRECT)
         dropped = False
         try:
-            dropped = await self.serve(link, receive, send)
+            dropped = await self.serve(link, receive, send, inline=inline, native=native)
         finally:
+            if inline is not None:
+                inline.attach(None)
             self.disconnect(link, dropped=dropped)
 
     def connect(self, scope: MutableMapping[str, Any]) -> Link:
@@ -230,8 +250,22 @@ class Supervisor:
             self._sweeper = loop.create_task(self._sweep_forever(self.limits.idle_timeout))
         return link
 
-    async def serve(self, link: Link, receive: Receive, send: Send) -> bool:
+    async def serve(
+        self,
+        link: Link,
+        receive: Receive,
+        send: Send,
+        *,
+        inline: Any = None,
+        native: Callable[[], bool] | None = None,
+    ) -> bool:
         """The message loop; True when the connection dropped, False when it was closed.
+
+        With `inline` (the WebSocket protocol's direct-handling hook), requests
+        that arrive while this loop waits are served by :meth:`_inline_handler`
+        inside the protocol's ``data_received``, with the same session call;
+        this loop then only sees what needs waiting (the first request,
+        requests arriving while a reply is blocked, control flow).
 
         *Dropped* is a loss the peer did not choose: no close frame (reset,
         EOF), a heartbeat timeout, a server restart. A close frame from the
@@ -239,6 +273,9 @@ class Supervisor:
         1009, ...) and every close the server decided are *closed*.
         """
         while True:
+            if inline is not None and (native is None or native()):
+                inline.attach(self._inline_handler(link))
+                inline = None
             if link.ending is None:
                 link.waiting = True
                 try:
@@ -259,8 +296,8 @@ class Supervisor:
             if message is None or session is None:  # ended, or taken over meanwhile
                 await self._farewell(link, send)
                 return False
-            if message["type"] != "websocket.receive":
-                return message.get("code") in _DROPS  # websocket.disconnect
+            if message["type"] != "websocket.receive":  # websocket.disconnect
+                return not link.inline_close and message.get("code") in _DROPS
             link.count += 1
             data = message.get("bytes")
             close: CloseRequest | None
@@ -278,6 +315,23 @@ class Supervisor:
                 return close is None
             if close is not None:
                 return False
+
+    @staticmethod
+    def _inline_handler(link: Link) -> Callable[[bytes], Any]:
+        """Serve a request inline, as :meth:`serve` would, while `link` waits for one."""
+
+        def handle(data: bytes) -> tuple[bytes, tuple[int, str] | None] | None:
+            session = link.session
+            if session is None or not link.waiting or link.ending is not None or link.poked:
+                return None  # the loop has something to do first: queue the request for it
+            link.count += 1
+            reply, close = session.handle(data)
+            if close is None:
+                return reply, None
+            link.inline_close = True
+            return reply, (close.code, close.reason)
+
+        return handle
 
     async def _farewell(self, link: Link, send: Send) -> None:
         session = link.session
