@@ -208,6 +208,8 @@ class AtariEnvironment(Environment):
     :class:`~openenv_ws.errors.InvalidAction`.
     """
 
+    writes_obs_into = True
+
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         """Load the game; this is the costly part (about 0.1 s).
 
@@ -244,7 +246,8 @@ class AtariEnvironment(Environment):
         self._n = len(actions)
 
         obs_type = cfg["obs_type"]
-        self._get_obs: Callable[[], np.ndarray[Any, Any]]
+        # Called with no argument it returns a new array; with one it fills that array.
+        self._get_obs: Callable[..., Any]
         if obs_type == "rgb":
             height, width = ale.getScreenDims()
             shape: tuple[int, ...] = (height, width, 3)
@@ -390,13 +393,16 @@ class AtariEnvironment(Environment):
             info["seeds"] = seeds
         return EnvResult(self._get_obs(), info=info)
 
-    def step(self, action: Any, *, obs: bool = True) -> EnvResult:
+    def step(
+        self, action: Any, *, obs: bool = True, out: np.ndarray[Any, Any] | None = None
+    ) -> EnvResult:
         """Repeat ``action`` for ``frameskip`` frames; the reward is their sum.
 
         ``terminated`` is the game's own end (game over); ``truncated`` is the
         frame limit (``max_num_frames_per_episode``) or the step limit
         (``max_episode_steps``). With ``obs=False`` the screen is not fetched
-        and ``obs`` is None. Each call returns a new array.
+        and ``obs`` is None. Each call returns a new array, or fills `out` (a
+        C-contiguous array of the observation's shape and dtype) and returns it.
 
         Raises:
             InvalidAction: ``action`` is not an integer in ``[0, n)``.
@@ -418,8 +424,15 @@ class AtariEnvironment(Environment):
         self._record_action(ale_action)
         self._restored_screen = None
         self._steps += 1
+        if not obs:
+            screen = None
+        elif out is None:
+            screen = self._get_obs()
+        else:
+            self._get_obs(out)
+            screen = out
         return EnvResult(
-            self._get_obs() if obs else None,
+            screen,
             reward,
             self._game_over(with_truncation=False),
             self._game_truncated() or self._steps >= self._max_steps,

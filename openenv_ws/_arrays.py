@@ -26,7 +26,10 @@ __all__ = [
     "MAX_NDIM",
     "array_ext_parts",
     "array_ext_payload",
+    "array_head",
     "decode_array",
+    "parse_array_head",
+    "wire_array",
 ]
 
 #: MessagePack extension type code of an n-dimensional array.
@@ -82,7 +85,7 @@ def _ext_header(length: int) -> bytes:
     return struct.pack(">BIb", 0xC9, length, EXT_NDARRAY)
 
 
-def _wire_array(arr: np.ndarray[Any, Any]) -> tuple[int, np.ndarray[Any, Any]]:
+def wire_array(arr: np.ndarray[Any, Any]) -> tuple[int, np.ndarray[Any, Any]]:
     """The dtype code and a little-endian C-contiguous view (or copy) of `arr`."""
     code = _DTYPE_TO_CODE.get(arr.dtype)
     if code is None:
@@ -119,7 +122,7 @@ def array_ext_parts(arr: np.ndarray[Any, Any]) -> tuple[bytes, memoryview]:
         ProtocolError: a dtype outside :data:`DTYPE_CODES`, more than
             :data:`MAX_NDIM` dimensions, or a dimension above 2**32-1.
     """
-    code, arr = _wire_array(arr)
+    code, arr = wire_array(arr)
     head = _head(code, arr)
     data = arr.data.cast("B") if arr.size else memoryview(b"")
     return _ext_header(len(head) + data.nbytes) + head, data
@@ -131,8 +134,51 @@ def array_ext_payload(arr: np.ndarray[Any, Any]) -> bytes:
     Raises:
         ProtocolError: as :func:`array_ext_parts`.
     """
-    code, arr = _wire_array(arr)
+    code, arr = wire_array(arr)
     return _head(code, arr) + arr.tobytes()
+
+
+def array_head(code: int, shape: tuple[int, ...]) -> bytes:
+    """The dtype code, ndim and shape bytes that start an array payload."""
+    return _HEAD_STRUCTS[len(shape)].pack(code, len(shape), *shape)
+
+
+def parse_array_head(
+    payload: bytes, start: int = 0
+) -> tuple[np.dtype[Any], tuple[int, ...], int, int]:
+    """Read the dtype code, ndim and shape at `start`: (dtype, shape, element count, end).
+
+    Raises:
+        ProtocolError: unknown dtype, too many dimensions, a truncated shape,
+            or a zero-size shape too large to exist.
+    """
+    size = len(payload) - start
+    if size < 2:
+        raise ProtocolError(f"array extension of {size} bytes is shorter than its 2-byte header")
+    code, ndim = payload[start], payload[start + 1]
+    dtype = _CODE_TO_DTYPE.get(code)
+    if dtype is None:
+        raise ProtocolError(f"array dtype code {code} is unknown; allowed codes are 0..11")
+    if ndim > MAX_NDIM:
+        raise ProtocolError(f"array has {ndim} dimensions; at most {MAX_NDIM} are allowed")
+    end = start + 2 + 4 * ndim
+    if len(payload) < end:
+        raise ProtocolError(
+            f"array header declares {ndim} dimensions but the extension holds only {size} bytes"
+        )
+    shape = _SHAPE_STRUCTS[ndim].unpack_from(payload, start + 2)
+    count = 1
+    for d in shape:
+        count *= d
+    if not count:
+        # A zero-size array still needs a representable shape: the bytes it would
+        # hold with its zero dimensions left out must fit a signed 64-bit size.
+        bound = dtype.itemsize
+        for d in shape:
+            bound *= d or 1
+        if bound > _MAX_NBYTES:
+            raise ProtocolError(f"array shape {shape} is too large to exist (over 2**63-1 bytes)")
+    return dtype, shape, count, end
 
 
 def decode_array(payload: bytes) -> np.ndarray[Any, Any]:
@@ -144,39 +190,14 @@ def decode_array(payload: bytes) -> np.ndarray[Any, Any]:
             holding bytes other than 0 and 1. Nothing is allocated before the
             size checks.
     """
-    size = len(payload)
-    if size < 2:
-        raise ProtocolError(f"array extension of {size} bytes is shorter than its 2-byte header")
-    code, ndim = payload[0], payload[1]
-    dtype = _CODE_TO_DTYPE.get(code)
-    if dtype is None:
-        raise ProtocolError(f"array dtype code {code} is unknown; allowed codes are 0..11")
-    if ndim > MAX_NDIM:
-        raise ProtocolError(f"array has {ndim} dimensions; at most {MAX_NDIM} are allowed")
-    offset = 2 + 4 * ndim
-    if size < offset:
-        raise ProtocolError(
-            f"array header declares {ndim} dimensions but the extension holds only {size} bytes"
-        )
-    shape = _SHAPE_STRUCTS[ndim].unpack_from(payload, 2)
-    count = 1
-    for d in shape:
-        count *= d
+    dtype, shape, count, offset = parse_array_head(payload)
     expected = count * dtype.itemsize
-    if expected != size - offset:
+    if expected != len(payload) - offset:
         raise ProtocolError(
             f"array of shape {shape} and dtype {dtype.name} needs {expected} data bytes, "
-            f"but the extension carries {size - offset}"
+            f"but the extension carries {len(payload) - offset}"
         )
-    if not count:
-        # A zero-size array still needs a representable shape: the bytes it would
-        # hold with its zero dimensions left out must fit a signed 64-bit size.
-        bound = dtype.itemsize
-        for d in shape:
-            bound *= d or 1
-        if bound > _MAX_NBYTES:
-            raise ProtocolError(f"array shape {shape} is too large to exist (over 2**63-1 bytes)")
     arr: np.ndarray[Any, Any] = np.ndarray(shape, dtype, payload, offset)
-    if code == 0 and count and arr.view(np.uint8).max() > 1:
+    if dtype.kind == "b" and count and arr.view(np.uint8).max() > 1:
         raise ProtocolError("bool array holds bytes other than 0 and 1")
     return arr

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -133,6 +133,12 @@ class Environment(abc.ABC):
         options: Mapping[str, Any] | None = None,
     ) -> EnvResult:
         """Start a new episode; with a seed, the episode is reproducible."""
+
+    #: True if :meth:`step` takes ``out=``: an array of the observation's shape and
+    #: dtype to write the observation into (then returned as ``obs``). The server
+    #: passes one when it hands observations over in shared memory, which saves
+    #: a copy of every observation.
+    writes_obs_into: ClassVar[bool] = False
 
     @abc.abstractmethod
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:

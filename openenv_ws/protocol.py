@@ -24,6 +24,7 @@ import msgpack
 import numpy as np
 
 from ._arrays import EXT_NDARRAY, array_ext_parts, array_ext_payload, decode_array
+from ._shm import EXT_SHARED, ClientRegion, SharedArray
 from .errors import InvalidState, OpenEnvError, PayloadTooBig, ProtocolError
 
 __all__ = [
@@ -57,10 +58,13 @@ __all__ = [
     "decode_client_frame",
     "decode_server_frame",
     "encode",
+    "encode_result",
+    "encode_step",
     "error_code_of",
     "error_frame",
     "frame_fields",
     "server_frame_from_map",
+    "shared_ext_hook",
 ]
 
 PROTOCOL_VERSION = 1
@@ -365,6 +369,8 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
                 head, data = array_ext_parts(value)
                 append(head)
                 append(data)
+            elif type(value) is SharedArray:
+                append(pack(msgpack.ExtType(EXT_SHARED, value.ext_payload())))
             else:
                 append(pack(value))
     except (ProtocolError, TypeError, ValueError, OverflowError) as exc:
@@ -372,6 +378,87 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
             f"field '{name}' of a '{cls.OP}' frame cannot be encoded: {exc}"
         ) from None
     return b"".join(parts)
+
+
+# The frames of the step loop, encoded without building a frame object first.
+# Same bytes as encode(); values outside the plain types go through encode().
+_STEP_LAYOUT = _LAYOUTS[Step] = _layout(Step)
+_RESULT_LAYOUT = _LAYOUTS[Result] = _layout(Result)
+_STEP_KEYS = tuple(key for _, key, _ in _STEP_LAYOUT.fields)
+_RESULT_KEYS = tuple(key for _, key, _ in _RESULT_LAYOUT.fields)
+_BOOLS = (_FALSE, _TRUE)
+
+
+def encode_step(rid: int, action: Any, obs: bool = True) -> bytes:
+    """``encode(Step(id=rid, action=action, obs=obs))``, faster for integer actions."""
+    if type(action) is int and type(rid) is int and 0 <= rid <= MAX_ID and type(obs) is bool:
+        pack = _thread_pack()
+        try:
+            packed = pack(action)
+        except (OverflowError, ProtocolError):
+            return encode(Step(id=rid, action=action, obs=obs))  # says which field and why
+        k_action, k_obs = _STEP_KEYS
+        return b"".join((_STEP_LAYOUT.prefix, pack(rid), k_action, packed, k_obs, _BOOLS[obs]))
+    return encode(Step(id=rid, action=action, obs=obs))
+
+
+def encode_result(
+    rid: int,
+    obs: Any,
+    reward: float,
+    terminated: bool,
+    truncated: bool,
+    done: bool,
+    info: dict[str, Any],
+) -> bytes:
+    """``encode(Result(...))`` of these fields, faster for the usual types."""
+    if (
+        type(rid) is int
+        and 0 <= rid <= MAX_ID
+        and type(reward) is float
+        and reward == reward
+        and type(terminated) is bool
+        and type(truncated) is bool
+        and type(done) is bool
+        and type(info) is dict
+    ):
+        pack = _thread_pack()
+        kind = type(obs)
+        head: bytes
+        data: bytes | memoryview
+        try:
+            if kind is SharedArray:
+                head, data = pack(msgpack.ExtType(EXT_SHARED, obs.ext_payload())), b""
+            elif kind is np.ndarray:
+                head, data = array_ext_parts(obs)
+            elif obs is None:
+                head, data = _NIL, b""
+            else:
+                head = b""
+            if head:
+                k_obs, k_reward, k_term, k_trunc, k_done, k_info = _RESULT_KEYS
+                return b"".join(
+                    (
+                        _RESULT_LAYOUT.prefix,
+                        pack(rid),
+                        k_obs,
+                        head,
+                        data,
+                        k_reward,
+                        _FLOAT64.pack(0xCB, reward),
+                        k_term,
+                        _BOOLS[terminated],
+                        k_trunc,
+                        _BOOLS[truncated],
+                        k_done,
+                        _BOOLS[done],
+                        k_info,
+                        pack(info),
+                    )
+                )
+        except (ProtocolError, TypeError, ValueError, OverflowError):
+            pass  # encode() says which field and why
+    return encode(Result(rid, obs, reward, terminated, truncated, done, info))
 
 
 # --------------------------------------------------------------------------- decode
@@ -600,7 +687,24 @@ _FAST: dict[type[_Frame], Callable[[dict[Any, Any], Any], Any]] = {
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == EXT_NDARRAY:
         return decode_array(data)
+    if code == EXT_SHARED:
+        raise ProtocolError(
+            "MessagePack extension type 2 (an array in shared memory) is only valid in "
+            "server results on a connection that set up a shared region (SPEC section 17)"
+        )
     raise ProtocolError(f"MessagePack extension type {code} is not part of protocol v1")
+
+
+def shared_ext_hook(region: ClientRegion) -> Callable[[int, bytes], Any]:
+    """The extension hook for server frames on a connection with a shared region."""
+    read = region.read
+
+    def hook(code: int, data: bytes) -> Any:
+        if code == EXT_SHARED:
+            return read(data)
+        return _ext_hook(code, data)
+
+    return hook
 
 
 def _unreadable(exc: Exception) -> ProtocolError:
@@ -624,12 +728,16 @@ def _unreadable(exc: Exception) -> ProtocolError:
     return ProtocolError(f"frame cannot be decoded: {why}")
 
 
-def _unpack(data: bytes | bytearray | memoryview, max_frame_size: int) -> dict[Any, Any]:
+def _unpack(
+    data: bytes | bytearray | memoryview,
+    max_frame_size: int,
+    ext_hook: Callable[[int, bytes], Any] = _ext_hook,
+) -> dict[Any, Any]:
     size = data.nbytes if type(data) is memoryview else len(data)
     if size > max_frame_size:
         raise PayloadTooBig(size, max_frame_size)
     try:
-        obj = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
+        obj = msgpack.unpackb(data, ext_hook=ext_hook, raw=False, strict_map_key=True)
     except ProtocolError:
         raise
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad frame, never another error
@@ -710,10 +818,17 @@ def decode_client_frame(
 
 
 def decode_server_frame(
-    data: bytes | bytearray | memoryview, *, max_frame_size: int = DEFAULT_MAX_SERVER_FRAME_SIZE
+    data: bytes | bytearray | memoryview,
+    *,
+    max_frame_size: int = DEFAULT_MAX_SERVER_FRAME_SIZE,
+    ext_hook: Callable[[int, bytes], Any] = _ext_hook,
 ) -> ServerFrame:
-    """Decode a frame sent by a server (same errors as :func:`decode_client_frame`)."""
-    frame: ServerFrame = _decode(data, _SERVER_OPS, max_frame_size)
+    """Decode a frame sent by a server (same errors as :func:`decode_client_frame`).
+
+    `ext_hook` is :func:`shared_ext_hook` of the connection's shared region,
+    if it has one: arrays in shared memory (ext type 2) are then copied out.
+    """
+    frame: ServerFrame = _from_map(_unpack(data, max_frame_size, ext_hook), _SERVER_OPS)
     return frame
 
 

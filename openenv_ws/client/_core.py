@@ -12,9 +12,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 import numpy as np
 
+from .._shm import HEADER as SHM_HEADER
+from .._shm import ClientRegion, shared_memory_supported
 from ..environment import EnvSpec
 from ..errors import AuthError, OpenEnvError, ProtocolError, RemoteEnvError, SessionClosed
 from ..protocol import (
@@ -30,7 +33,9 @@ from ..protocol import (
     SnapshotData,
     StateReply,
     Step,
+    _ext_hook,
     decode_server_frame,
+    shared_ext_hook,
 )
 
 __all__ = ["DEFAULT", "ClientCore", "StepResult"]
@@ -43,6 +48,7 @@ DEFAULT: Any = type("_Default", (), {"__repr__": lambda self: "DEFAULT"})()
 TOKEN_ENV = "OPENENV_WS_TOKEN"
 # Fatal errors the server sends on its own (id nil): the session ends, no request failed.
 _SESSION_ENDINGS = frozenset({"idle_timeout", "shutting_down"})
+_LOOPBACK_HOSTS = frozenset({"localhost", "::1", "ip6-localhost"})
 
 
 @dataclass(slots=True)
@@ -72,12 +78,14 @@ class ClientCore:
     """Ids, reply matching and error mapping for one session."""
 
     __slots__ = (
+        "_ext_hook",
         "_next_id",
         "closed_error",
         "config",
         "max_frame_size",
         "resume_token",
         "session_id",
+        "shared",
         "spec",
         "token",
     )
@@ -93,6 +101,46 @@ class ClientCore:
         self.resume_token: str | None = None
         self.closed_error: SessionClosed | None = None
         self._next_id = 0
+        #: The shared region offered to the server (SPEC section 17), if any.
+        self.shared: ClientRegion | None = None
+        self._ext_hook: Callable[[int, bytes], Any] = _ext_hook
+
+    def offer_shared_memory(self, url: str, wanted: bool) -> None:
+        """Offer a shared region for observations if `wanted` and the server is on this host.
+
+        The server uses it only if it can map it (same host, same user); if not,
+        observations travel inline as usual.
+        """
+        if not wanted or self.shared is not None or not shared_memory_supported():
+            return
+        host = (urlsplit(url).hostname or "").lower()
+        if host not in _LOOPBACK_HOSTS and not host.startswith("127."):
+            return
+        self.shared = ClientRegion()
+        self._ext_hook = shared_ext_hook(self.shared)
+
+    def handshake_answered(self, headers: Mapping[str, str], *, keep_descriptor: bool) -> bool:
+        """Take the server's answer to the shared-memory offer; True if it uses the region.
+
+        A refused region is freed. A used one keeps its descriptor only when
+        a later connection (a resumption) may offer it again.
+        """
+        shared = self.shared
+        if shared is None:
+            return False
+        if headers.get(SHM_HEADER) != "ok":
+            self.release()
+            return False
+        if not keep_descriptor:
+            shared.drop_descriptor()
+        return True
+
+    def release(self) -> None:
+        """Free the shared region (the client is closed)."""
+        shared, self.shared = self.shared, None
+        self._ext_hook = _ext_hook
+        if shared is not None:
+            shared.close()
 
     def next_id(self) -> int:
         self._next_id = (self._next_id + 1) & MAX_ID
@@ -114,10 +162,15 @@ class ClientCore:
         return Step(id=self.next_id(), action=action, obs=obs)
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if self.shared is not None and self.shared.fd >= 0:
+            headers[SHM_HEADER] = self.shared.offer()
+        return headers
 
     def decode(self, data: memoryview | bytes) -> ServerFrame:
-        return decode_server_frame(data, max_frame_size=self.max_frame_size)
+        return decode_server_frame(
+            data, max_frame_size=self.max_frame_size, ext_hook=self._ext_hook
+        )
 
     @staticmethod
     def is_reply(rid: int, frame: ServerFrame) -> bool:

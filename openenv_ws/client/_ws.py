@@ -108,6 +108,8 @@ class BlockingWebSocket:
         port = parts.port or (443 if secure else 80)
         self.url = url
         self.max_size = max_size
+        #: The handshake answer's headers (lower-case names).
+        self.response_headers: dict[str, str] = {}
         self.closed = False
         self.close_code: int | None = None
         self.close_reason = ""
@@ -187,6 +189,7 @@ class BlockingWebSocket:
             )
         if fields.get("sec-websocket-extensions"):
             raise ProtocolError("the server enabled a WebSocket extension that was not offered")
+        self.response_headers = fields
 
     def _read_http_head(self) -> str:
         while True:

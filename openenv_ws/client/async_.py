@@ -12,6 +12,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from .._logsafe import redact_credentials
+from .._shm import HEADER as SHM_HEADER
 from ..errors import (
     AuthError,
     InvalidState,
@@ -65,6 +66,7 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         max_frame_size: int = 64 << 20,
         resume: bool = True,
         resume_timeout: float = 30.0,
+        shared_memory: bool = True,
     ) -> None:
         redact_credentials()  # websockets logs handshake headers at debug level
         self.url = normalize_url(url)
@@ -72,6 +74,7 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         self.open_timeout = open_timeout
         self.resume_timeout = resume_timeout if resume else 0.0
         self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
+        self._shared_memory = shared_memory
         self._ws: ClientConnection | None = None
         self._lock = asyncio.Lock()
         self._closed = False
@@ -87,14 +90,30 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         """Connect and send ``open``; called by ``async with`` and :meth:`connect`."""
         if self._ws is not None:
             return
-        self._ws = await self._connect(self.open_timeout)
+        self._core.offer_shared_memory(self.url, self._shared_memory)
         try:
-            self._core.opened(await self._request(self._core.open_frame(), self.open_timeout))
+            self._ws = await self._connect(self.open_timeout)
+            try:
+                self._core.opened(await self._request(self._core.open_frame(), self.open_timeout))
+            except BaseException:
+                await self._ws.close()
+                raise
         except BaseException:
-            await self._ws.close()
+            self._core.release()
             raise
 
+    @property
+    def shared_memory_used(self) -> bool:
+        """True when the server writes observations into shared memory (same host)."""
+        return self._core.shared is not None
+
     async def _connect(self, open_timeout: float | None) -> ClientConnection:
+        ws = await self._handshake(open_timeout)
+        answer = {SHM_HEADER: ws.response.headers.get(SHM_HEADER, "")} if ws.response else {}
+        self._core.handshake_answered(answer, keep_descriptor=True)
+        return ws
+
+    async def _handshake(self, open_timeout: float | None) -> ClientConnection:
         try:
             return await asyncio.wait_for(
                 connect(
@@ -238,12 +257,14 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         self.resume_timeout = 0.0  # a session being closed is not worth resuming
         if self._closed or self._ws is None:
             self._closed = True
+            self._core.release()
             return
         # Closing is best effort: the socket goes either way.
         with contextlib.suppress(Exception):
             await self._request(Close(id=self._core.next_id()), 5.0)
         self._closed = True
         await self._ws.close()
+        self._core.release()
 
     async def __aenter__(self) -> AsyncEnvClient[ObsT]:
         await self.open()

@@ -18,6 +18,7 @@ from ..protocol import (
     SnapshotData,
     StateReply,
     encode,
+    encode_step,
 )
 from ._core import (
     DEFAULT,
@@ -67,6 +68,10 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             is applied once); if that is impossible, :class:`SessionClosed`
             says why.
         resume_timeout: seconds to keep trying to resume.
+        shared_memory: when the server is on this host (a loopback URL), offer
+            it a shared memory region so that large observations skip the
+            socket (SPEC section 17); the server falls back to sending them
+            inline when it cannot use it. :attr:`shared_memory_used` tells.
 
     This client answers the server's heartbeat pings while it waits for a
     reply, not between calls: a client that makes no call for longer than the
@@ -92,6 +97,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         busy_poll: float = 0.0,
         resume: bool = True,
         resume_timeout: float = 30.0,
+        shared_memory: bool = True,
     ) -> None:
         self.url = normalize_url(url)
         self.timeout = timeout
@@ -99,13 +105,18 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         self.busy_poll = busy_poll
         self.resume_timeout = resume_timeout if resume else 0.0
         self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
+        self._core.offer_shared_memory(self.url, shared_memory)
         self._provider: ServerProvider | None = None
         self._ws: BlockingWebSocket | None = None
-        self._ws = self._connect(open_timeout)
         try:
-            self._core.opened(self._request(self._core.open_frame(), open_timeout))
+            self._ws = self._connect(open_timeout)
+            try:
+                self._core.opened(self._request(self._core.open_frame(), open_timeout))
+            except BaseException:
+                self._ws.close()
+                raise
         except BaseException:
-            self._ws.close()
+            self._core.release()
             raise
 
     # ------------------------------------------------------------------ construction
@@ -126,16 +137,23 @@ class EnvClient(SessionFacts, Generic[ObsT]):
     def closed(self) -> bool:
         return self._ws is None or self._ws.closed
 
+    @property
+    def shared_memory_used(self) -> bool:
+        """True when the server writes observations into shared memory (same host)."""
+        return self._core.shared is not None
+
     # ------------------------------------------------------------------ requests
 
     def _connect(self, open_timeout: float | None) -> BlockingWebSocket:
-        return BlockingWebSocket(
+        ws = BlockingWebSocket(
             self.url,
             open_timeout=open_timeout,
             headers=self._core.headers(),
             max_size=self._core.max_frame_size,
             busy_poll=self.busy_poll,
         )
+        self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
+        return ws
 
     def _reply(self, ws: BlockingWebSocket, rid: int, timeout: float | None) -> ServerFrame:
         decode, is_reply = self._core.decode, self._core.is_reply
@@ -145,19 +163,21 @@ class EnvClient(SessionFacts, Generic[ObsT]):
                 return reply
 
     def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
+        return self._send_request(encode(frame), frame.id, timeout)
+
+    def _send_request(self, data: bytes, rid: int, timeout: float | None) -> ServerFrame:
         ws = self._ws
         if ws is None or ws.closed:
             raise self._closed_error()
-        data = encode(frame)
         try:
             ws.send(data)
-            reply = self._reply(ws, frame.id, timeout)
+            reply = self._reply(ws, rid, timeout)
         except SessionClosed as exc:
             if self._core.closed_error is not None:
                 raise self._core.closed_error from None
             if not (self.resume_timeout > 0 and can_resume(self._core, exc)):
                 raise
-            reply = self._resume(data, frame.id, timeout, exc)
+            reply = self._resume(data, rid, timeout, exc)
         return self._core.check(reply)
 
     def _resume(self, data: bytes, rid: int, timeout: float | None, cause: SessionClosed) -> Any:
@@ -207,8 +227,9 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
     ) -> StepResult[ObsT]:
         """Advance one step; with ``obs=False`` the observation is left out (None)."""
-        frame = self._core.step_frame(self._action_to_wire(action), obs)
-        reply = self._request(frame, self.timeout if timeout is DEFAULT else timeout)
+        rid = self._core.next_id()
+        data = encode_step(rid, self._action_to_wire(action), obs)
+        reply = self._send_request(data, rid, self.timeout if timeout is DEFAULT else timeout)
         if type(reply) is not Result:
             ClientCore.expect(reply, Result)
         return self._result_from_wire(reply)  # type: ignore[arg-type]
@@ -247,6 +268,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             except Exception:  # noqa: BLE001 - closing is best effort; the socket goes anyway
                 pass
             ws.close()
+        self._core.release()
         if self._provider is not None:
             self._provider.stop()
             self._provider = None

@@ -83,6 +83,9 @@ class VectorEnvClient:
         busy_poll: seconds to poll the sockets without sleeping before
             waiting in the kernel (0: never spin). Spinning costs client CPU
             and spares the server a wake-up per reply.
+        shared_memory: offer each server on this host (loopback URL) a shared
+            memory region, so that large observations skip the socket (see
+            :class:`~openenv_ws.client.EnvClient`).
 
     Raises:
         ServerUnavailable: a server does not answer.
@@ -104,6 +107,7 @@ class VectorEnvClient:
         timeout: float | None = 60.0,
         max_frame_size: int = 64 << 20,
         busy_poll: float = 0.0,
+        shared_memory: bool = True,
     ) -> None:
         url_list = (
             [normalize_url(urls)] if isinstance(urls, str) else list(map(normalize_url, urls))
@@ -134,6 +138,8 @@ class VectorEnvClient:
         self.closed = False
         per_env = list(configs) if configs is not None else [config or {}] * n
         self._cores = [ClientCore(c, token=token, max_frame_size=max_frame_size) for c in per_env]
+        for core, url in zip(self._cores, self.urls, strict=True):
+            core.offer_shared_memory(url, shared_memory)
         self._ws: list[BlockingWebSocket] = []
         self._selector = selectors.DefaultSelector()
         # What each env's request is, until its result is handed out (or _IDLE).
@@ -174,6 +180,8 @@ class VectorEnvClient:
                 max_size=max_frame_size,
             )
             self._ws.append(ws)
+            # This client does not resume sessions: no later connection offers the region.
+            core.handshake_answered(ws.response_headers, keep_descriptor=False)
         # Every open is sent once all handshakes are done and before any answer is
         # awaited: a server building one environment answers no handshake
         # meanwhile, so interleaving them would make the servers take turns.
@@ -592,12 +600,18 @@ class VectorEnvClient:
         for ws in self._ws:
             ws.close(timeout=2.0)
         self._selector.close()
+        self._release()
 
     def _abort(self) -> None:
         self.closed = True
         for ws in self._ws:
             ws.close(timeout=0.5)
         self._selector.close()
+        self._release()
+
+    def _release(self) -> None:
+        for core in self._cores:
+            core.release()
 
     def __enter__(self) -> VectorEnvClient:
         return self

@@ -12,7 +12,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..environment import EnvFactory, Environment, EnvResult
+import numpy as np
+
+from .._shm import MIN_SHARED_BYTES, ServerRegion
+from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
 from ..errors import OpenEnvError, ProtocolError
 from ..protocol import (
     ERRORS,
@@ -24,7 +27,6 @@ from ..protocol import (
     Opened,
     Reset,
     Restore,
-    Result,
     SessionMachine,
     SessionState,
     Snapshot,
@@ -33,6 +35,7 @@ from ..protocol import (
     Step,
     decode_client_frame,
     encode,
+    encode_result,
     error_frame,
 )
 
@@ -66,12 +69,14 @@ class ServerSession:
         "_admit",
         "_admitted",
         "_factory",
+        "_into",
         "_max_frame_size",
         "_release",
         "env",
         "machine",
         "resume_token",
         "session_id",
+        "shared",
         "steps",
     )
 
@@ -94,6 +99,11 @@ class ServerSession:
         self.steps = 0
         #: Sent in ``opened`` when the server offers resumption (see server/reliability.py).
         self.resume_token: str | None = None
+        #: The client's shared region for observations (SPEC section 17), if any.
+        self.shared: ServerRegion | None = None
+        # (shape, dtype) of the observations the environment writes into shared
+        # memory itself; () if it cannot; None until known.
+        self._into: tuple[Any, ...] | None = None
 
     # ------------------------------------------------------------------ entry points
 
@@ -123,8 +133,18 @@ class ServerSession:
         assert close is not None
         return reply, close
 
+    def use_shared(self, region: ServerRegion | None) -> None:
+        """Send observations through `region` from now on (None: inline)."""
+        old, self.shared = self.shared, region
+        self._into = None
+        if region is not None:
+            region.owner = self
+        if old is not None and old is not region:
+            old.close()
+
     def close(self) -> None:
         """Free the environment and the session's slot; safe to call more than once."""
+        self.use_shared(None)
         self.machine.closed()
         env, self.env = self.env, None
         if env is not None:
@@ -147,17 +167,28 @@ class ServerSession:
         match frame:
             case Step(id=rid, action=action, obs=want_obs):
                 assert env is not None
-                result = env.step(action, obs=want_obs)
+                shared = self.shared
+                out = None
+                if shared is not None and want_obs:
+                    into = self._into
+                    if into is None:
+                        into = self._into = _obs_layout(env)
+                    if into:
+                        out = shared.reserve(*into)
+                if out is None:
+                    result = env.step(action, obs=want_obs)
+                else:  # the observation is written straight into shared memory
+                    result = env.step(action, obs=True, out=out)  # type: ignore[call-arg]
                 self.steps += 1
                 done = result.terminated or result.truncated
                 machine.served("step", done=done)
-                return _result(rid, result, done), None
+                return _result(rid, result, done, self.shared), None
             case Reset(id=rid, seed=seed, episode_id=episode_id, options=options):
                 assert env is not None
                 result = env.reset(seed=seed, episode_id=episode_id, options=options)
                 done = result.terminated or result.truncated
                 machine.served("reset", done=done)
-                return _result(rid, result, done), None
+                return _result(rid, result, done, self.shared), None
             case GetState(id=rid):
                 assert env is not None
                 return encode(StateReply(id=rid, state=env.state())), None
@@ -171,7 +202,7 @@ class ServerSession:
                 result = env.restore(blob)
                 done = result.terminated or result.truncated
                 machine.served("restore", done=done)
-                return _result(rid, result, done), None
+                return _result(rid, result, done, self.shared), None
             case Close(id=rid):
                 machine.served("close")
                 return encode(Closed(id=rid)), _NORMAL_CLOSE
@@ -225,15 +256,25 @@ class ServerSession:
         return encode(frame), CloseRequest(close_code, reason)
 
 
-def _result(rid: int, r: EnvResult, done: bool) -> bytes:
-    return encode(
-        Result(
-            id=rid,
-            obs=r.obs,
-            reward=float(r.reward),
-            terminated=bool(r.terminated),
-            truncated=bool(r.truncated),
-            done=done,
-            info=r.info,
-        )
+def _obs_layout(env: Environment) -> tuple[Any, ...]:
+    """(shape, dtype) for ``env.step(..., out=)``, or () if the environment cannot take one."""
+    spec = env.spec.observation
+    if env.writes_obs_into and isinstance(spec, ArraySpec):
+        return (spec.shape, np.dtype(spec.dtype))
+    return ()
+
+
+def _result(rid: int, r: EnvResult, done: bool, shared: ServerRegion | None) -> bytes:
+    obs: Any = r.obs
+    if shared is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_SHARED_BYTES:
+        obs = shared.put(obs) or obs  # a SharedArray, encoded as ext type 2
+    reward = r.reward
+    return encode_result(
+        rid,
+        obs,
+        reward if type(reward) is float else float(reward),
+        bool(r.terminated),
+        bool(r.truncated),
+        done,
+        r.info,
     )

@@ -15,6 +15,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from .. import __version__
+from .._shm import HEADER as SHM_HEADER
+from .._shm import ServerRegion, SharedMemoryRefused
 from ..environment import EnvFactory
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
 from ..web import web_routes
@@ -27,6 +29,8 @@ from .reliability import Supervisor
 from .workers import WorkerBoard
 
 __all__ = ["ServerLimits", "SessionRegistry", "create_app"]
+
+SHM_HEADER_BYTES = SHM_HEADER.encode()
 
 logger = logging.getLogger("openenv_ws.server")
 
@@ -118,15 +122,39 @@ class SessionEndpoint:
         message = await receive()
         if message["type"] != "websocket.connect":
             return
-        await send({"type": "websocket.accept"})
-        if self._openenv is None:
-            await self._supervisor.run(scope, receive, send)
-            return
-        # A first text message holding an OpenEnv message selects OpenEnv's JSON dialect.
-        dialect = self._openenv.websocket(receive, send)
-        await self._supervisor.run(
-            scope, dialect.receive, dialect.send, native=lambda: dialect.passthrough
-        )
+        shared, answer = _shared_region(scope)
+        try:
+            await send({"type": "websocket.accept", "headers": [] if answer is None else [answer]})
+            if self._openenv is None:
+                await self._supervisor.run(scope, receive, send, shared=shared)
+                return
+            # A first text message holding an OpenEnv message selects OpenEnv's JSON dialect.
+            dialect = self._openenv.websocket(receive, send)
+            await self._supervisor.run(
+                scope,
+                dialect.receive,
+                dialect.send,
+                native=lambda: dialect.passthrough,
+                shared=shared,
+            )
+        finally:
+            if shared is not None and shared.owner is None:
+                shared.close()  # no session took it
+
+
+def _shared_region(scope: Scope) -> tuple[ServerRegion | None, tuple[bytes, bytes] | None]:
+    """Map the shared region the handshake offers, if any; the answer header to send."""
+    offer = next(
+        (value for name, value in scope.get("headers", ()) if name == SHM_HEADER_BYTES), None
+    )
+    if offer is None:
+        return None, None
+    try:
+        region = ServerRegion.attach(offer.decode("latin-1"))
+    except SharedMemoryRefused as exc:
+        logger.debug("shared region refused: %s", exc)
+        return None, (SHM_HEADER_BYTES, f"refused: {exc}".encode("latin-1", "replace"))
+    return region, (SHM_HEADER_BYTES, b"ok")
 
 
 def create_app(

@@ -36,6 +36,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .._logsafe import redact_credentials
+from .._shm import ServerRegion
 from ..environment import EnvFactory
 from ..protocol import Open, SessionState
 from ._fastws import DIRECT
@@ -216,6 +217,7 @@ class Supervisor:
         send: Send,
         *,
         native: Callable[[], bool] | None = None,
+        shared: ServerRegion | None = None,
     ) -> None:
         """Serve an accepted WebSocket connection until it ends.
 
@@ -224,12 +226,17 @@ class Supervisor:
                 (not a dialect translated by `receive`/`send`); only then may
                 its requests be served inline by the WebSocket protocol (see
                 :mod:`openenv_ws.server._fastws`). None: always.
+            shared: the client's shared region for observations (mapped from
+                the handshake offer); the session uses it once the connection
+                is known to speak protocol v1.
         """
         link = self.connect(scope)
         inline = scope.get("extensions", {}).get(DIRECT)
         dropped = False
         try:
-            dropped = await self.serve(link, receive, send, inline=inline, native=native)
+            dropped = await self.serve(
+                link, receive, send, inline=inline, native=native, shared=shared
+            )
         finally:
             if inline is not None:
                 inline.attach(None)
@@ -258,6 +265,7 @@ class Supervisor:
         *,
         inline: Any = None,
         native: Callable[[], bool] | None = None,
+        shared: ServerRegion | None = None,
     ) -> bool:
         """The message loop; True when the connection dropped, False when it was closed.
 
@@ -272,10 +280,14 @@ class Supervisor:
         peer, a protocol violation the WebSocket layer refused (1002, 1007,
         1009, ...) and every close the server decided are *closed*.
         """
+        undecided = True
         while True:
-            if inline is not None and (native is None or native()):
-                inline.attach(self._inline_handler(link))
-                inline = None
+            if undecided and (native is None or native()):
+                undecided = False
+                if inline is not None:
+                    inline.attach(self._inline_handler(link))
+                if shared is not None and link.session is not None:
+                    link.session.use_shared(shared)
             if link.ending is None:
                 link.waiting = True
                 try:
@@ -398,6 +410,9 @@ class Supervisor:
             old.end(TAKEOVER)
         session.link = link
         link.session = session
+        # The new connection's region (or none: inline) replaces the old connection's.
+        session.use_shared(fresh.shared)
+        fresh.shared = None
         session.prepare_replay()
         self.metrics.count("sessions_resumed")
         logger.info("session %s resumed on a new connection", session.session_id)

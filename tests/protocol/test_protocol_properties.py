@@ -202,3 +202,47 @@ def test_damaged_frames_raise_only_protocol_errors(frame: Any, data: st.DataObje
         wire[i:i] = data.draw(st.binary(min_size=1, max_size=4))
     direction = "client" if isinstance(frame, protocol.ClientFrame) else "server"
     _decode_any(bytes(wire), direction)
+
+
+def _outcome(make: Any) -> Any:
+    try:
+        return make()
+    except ProtocolError as exc:
+        return ("error", str(exc))
+
+
+@PROFILE
+@given(
+    st.integers(-1, 2**32) | ids,
+    st.integers(-(2**64), 2**64) | st.booleans() | st.floats() | maps(),
+    st.booleans() | st.integers(0, 1),
+)
+def test_encode_step_is_encode_of_a_step(rid: Any, action: Any, obs: Any) -> None:
+    """The step loop's encoder gives encode()'s bytes, or encode()'s error."""
+    fast = _outcome(lambda: protocol.encode_step(rid, action, obs))
+    slow = _outcome(lambda: protocol.encode(protocol.Step(id=rid, action=action, obs=obs)))
+    assert fast == slow
+
+
+@PROFILE
+@given(
+    st.integers(-1, 2**32) | ids,
+    st.none() | arrays() | st.integers(0, 3),
+    rewards | st.just(float("nan")) | st.integers(-5, 5),
+    st.booleans() | st.integers(0, 1),
+    st.booleans(),
+    st.booleans(),
+    maps() | st.lists(st.integers(), max_size=2),
+)
+def test_encode_result_is_encode_of_a_result(
+    rid: Any, obs: Any, reward: Any, terminated: Any, truncated: bool, done: bool, info: Any
+) -> None:
+    fast = _outcome(
+        lambda: protocol.encode_result(rid, obs, reward, terminated, truncated, done, info)
+    )
+    slow = _outcome(
+        lambda: protocol.encode(
+            protocol.Result(rid, obs, reward, terminated, truncated, done, info)
+        )
+    )
+    assert fast == slow

@@ -203,7 +203,7 @@ MESSAGES = {
     "invalid_utf8_config": "not valid UTF-8",
     "huge_bin_length": "truncated",
     "huge_array_count": "length prefix is larger than the frame",
-    "ext_unknown_type": "extension type 2 is not part of protocol v1",
+    "ext_unknown_type": "extension type 2 .* only valid in server results",
     "ext_timestamp": "extension type -1 is not part of protocol v1",
     "ext_timestamp_unknown_field": "extension type other than 1",
     "array_short_header": "shorter than its 2-byte header",

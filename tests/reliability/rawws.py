@@ -12,6 +12,7 @@ import os
 import socket
 import struct
 import time
+from typing import Any
 
 __all__ = ["OP_BINARY", "OP_CLOSE", "OP_CONT", "OP_PING", "OP_PONG", "OP_TEXT", "RawWS"]
 
@@ -47,15 +48,24 @@ def frame_bytes(
 class RawWS:
     """A handshaken WebSocket connection driven frame by frame."""
 
-    def __init__(self, host: str, port: int, *, path: str = "/ws", timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        path: str = "/ws",
+        timeout: float = 10.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         key = base64.b64encode(os.urandom(16)).decode()
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self.sock.sendall(
             (
                 f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
                 f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                "Sec-WebSocket-Version: 13\r\n\r\n"
+                f"Sec-WebSocket-Version: 13\r\n{extra}\r\n"
             ).encode()
         )
         self._buf = b""
@@ -65,15 +75,21 @@ class RawWS:
                 raise ConnectionError("closed during the handshake")
             self._buf += chunk
         head, _, self._buf = self._buf.partition(b"\r\n\r\n")
-        self.status = int(head.split(b" ", 2)[1])
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split(" ", 2)[1])
+        #: The handshake answer's headers (lower-case names).
+        self.headers = {
+            name.strip().lower(): value.strip()
+            for name, _, value in (line.partition(":") for line in lines[1:])
+        }
         if self.status != 101:
             raise ConnectionError(f"handshake refused: {head.decode(errors='replace')}")
 
     @classmethod
-    def to(cls, url: str, **kwargs: float) -> RawWS:
+    def to(cls, url: str, **kwargs: Any) -> RawWS:
         host, _, rest = url.removeprefix("ws://").partition(":")
         port = int(rest.split("/", 1)[0])
-        return cls(host, port, **kwargs)  # type: ignore[arg-type]
+        return cls(host, port, **kwargs)
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)

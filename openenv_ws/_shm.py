@@ -1,0 +1,253 @@
+"""Shared-memory observations for clients on the server's host (SPEC section 17).
+
+A 100 KB Atari frame costs the server more to push through a loopback TCP
+socket (copy into the kernel, segmentation, delivery, the client's copy out)
+than everything else it does besides emulating. A client on the same host can
+offer a memory region instead:
+
+1. The client creates a sealed ``memfd`` (it cannot shrink or grow, so the
+   server can never fault writing into it), writes 16 random bytes (the
+   *nonce*) at its start, and sends ``X-OpenEnv-WS-SHM: <pid> <fd> <nonce hex>``
+   in its WebSocket handshake.
+2. The server opens ``/proc/<pid>/fd/<fd>``, checks it is such a memfd and
+   that it starts with the nonce (which proves both run on one host and the
+   client owns it), maps it and answers ``X-OpenEnv-WS-SHM: ok`` (or
+   ``refused: <why>``; the session then works as usual).
+3. On that connection, a ``result`` observation of at least
+   :data:`MIN_SHARED_BYTES` is written into the region and the frame carries
+   MessagePack ext type 2 (offset, dtype, shape) instead of the bytes. The
+   server alternates between the two halves of the region after the first
+   page, so a reply's array stays intact until the reply after next.
+4. The client copies the array out when it decodes the reply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import stat
+import struct
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ._arrays import array_head, parse_array_head, wire_array
+from .errors import ProtocolError
+
+__all__ = [
+    "EXT_SHARED",
+    "HEADER",
+    "MIN_SHARED_BYTES",
+    "ClientRegion",
+    "ServerRegion",
+    "SharedArray",
+    "SharedMemoryRefused",
+    "shared_memory_supported",
+]
+
+#: MessagePack extension type of an array in the connection's shared region.
+EXT_SHARED = 2
+#: Handshake header (request: the offer; response: the answer).
+HEADER = "x-openenv-ws-shm"
+#: Arrays smaller than this travel inline: for them the socket is cheaper.
+MIN_SHARED_BYTES = 4096
+#: Bytes at the start of the region before the two halves (the nonce lives here).
+FIRST_PAGE = 4096
+#: Region size a client offers by default (pages are only used once written).
+DEFAULT_SIZE = 8 << 20
+#: Largest region a server maps.
+MAX_SIZE = 1 << 30
+
+_MEMFD_NAME = "openenv-ws-obs"
+_OFFER = re.compile(r"^([1-9][0-9]{0,9}) ([0-9]{1,9}) ([0-9a-f]{32})$")
+_OFFSET = struct.Struct("<Q")
+
+
+class SharedMemoryRefused(Exception):
+    """The server cannot use the region a client offered (the reason is the message)."""
+
+
+class SharedArray(NamedTuple):
+    """An array the server wrote into the shared region: where, what dtype, what shape."""
+
+    offset: int
+    code: int
+    shape: tuple[int, ...]
+
+    def ext_payload(self) -> bytes:
+        return _OFFSET.pack(self.offset) + array_head(self.code, self.shape)
+
+
+def shared_memory_supported() -> bool:
+    """True where sealed memfds and /proc/<pid>/fd exist (Linux)."""
+    return (
+        sys.platform.startswith("linux")
+        and hasattr(os, "memfd_create")
+        and os.path.isdir("/proc/self/fd")
+    )
+
+
+def _half(size: int) -> int:
+    return (size - FIRST_PAGE) // 2 & ~63
+
+
+class ClientRegion:
+    """The client's side: a sealed memfd offered in the handshake, read on each reply.
+
+    Args:
+        size: bytes of the region; observations up to about half of it (after
+            the first page) go through it, larger ones inline.
+    """
+
+    def __init__(self, size: int = DEFAULT_SIZE) -> None:
+        import fcntl
+
+        if not FIRST_PAGE + 2 * MIN_SHARED_BYTES <= size <= MAX_SIZE:
+            raise ValueError(
+                f"shared region size must be in {FIRST_PAGE + 2 * MIN_SHARED_BYTES}..{MAX_SIZE}"
+            )
+        fd = os.memfd_create(_MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+            self._map = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self.size = size
+        self.nonce = os.urandom(16)
+        self._map[:16] = self.nonce
+
+    def offer(self) -> str:
+        """The handshake header value."""
+        return f"{os.getpid()} {self.fd} {self.nonce.hex()}"
+
+    def read(self, payload: bytes) -> np.ndarray[Any, Any]:
+        """A read-only copy of the array an ext type 2 payload points at."""
+        if len(payload) < 10:
+            raise ProtocolError(f"shared array extension of {len(payload)} bytes is too short")
+        (offset,) = _OFFSET.unpack_from(payload)
+        dtype, shape, count, end = parse_array_head(payload, 8)
+        if end != len(payload):
+            raise ProtocolError("shared array extension holds bytes after its shape")
+        nbytes = count * dtype.itemsize
+        if offset < FIRST_PAGE or offset + nbytes > self.size:
+            raise ProtocolError(
+                f"shared array at offset {offset} ({nbytes} bytes) lies outside the "
+                f"{self.size}-byte region"
+            )
+        arr = np.frombuffer(self._map, dtype, count, offset).reshape(shape).copy()
+        arr.flags.writeable = False
+        return arr
+
+    def drop_descriptor(self) -> None:
+        """Close the descriptor and keep the mapping: no new connection can attach it."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def close(self) -> None:
+        self.drop_descriptor()
+        if not self._map.closed:
+            self._map.close()
+
+
+class ServerRegion:
+    """The server's side: the client's memfd, mapped after the checks of :meth:`attach`."""
+
+    def __init__(self, region: mmap.mmap, size: int) -> None:
+        self._map = region
+        self.size = size
+        self._half = _half(size)
+        self._turn = 0
+        self._reserved: tuple[np.ndarray[Any, Any], int] | None = None
+        #: The session writing into the region (None until one takes it).
+        self.owner: object | None = None
+
+    @classmethod
+    def attach(cls, offer: str) -> ServerRegion:
+        """Map the region of a handshake offer; :class:`SharedMemoryRefused` says why not."""
+        import fcntl
+
+        if not shared_memory_supported():
+            raise SharedMemoryRefused("this server's platform has no sealed memfds")
+        match = _OFFER.match(offer.strip())
+        if match is None:
+            raise SharedMemoryRefused("the offer is not '<pid> <fd> <32 hex digits>'")
+        pid, fd_number, nonce = int(match[1]), int(match[2]), bytes.fromhex(match[3])
+        path = f"/proc/{pid}/fd/{fd_number}"
+        try:
+            target = os.readlink(path)
+        except OSError:
+            raise SharedMemoryRefused("no such process or descriptor on this host") from None
+        if not target.startswith(f"/memfd:{_MEMFD_NAME}"):
+            raise SharedMemoryRefused("the descriptor is not an openenv-ws memfd")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise SharedMemoryRefused(f"the region cannot be opened ({exc.strerror})") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise SharedMemoryRefused("the descriptor is not a memory file")
+            size = info.st_size
+            if not FIRST_PAGE + 2 * MIN_SHARED_BYTES <= size <= MAX_SIZE:
+                raise SharedMemoryRefused(f"region size {size} is outside the allowed range")
+            try:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            except OSError:
+                raise SharedMemoryRefused("the region cannot be sealed") from None
+            if not seals & fcntl.F_SEAL_SHRINK:
+                raise SharedMemoryRefused("the region is not sealed against shrinking")
+            region = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        if region[:16] != nonce:
+            region.close()
+            raise SharedMemoryRefused("the region does not hold the offered nonce")
+        return cls(region, size)
+
+    def reserve(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any] | None:
+        """The next half of the region as an array to write an observation into.
+
+        Pass the filled array to :meth:`put`, which then only names it. None if
+        such an array is too small to be worth it or does not fit.
+        """
+        nbytes = dtype.itemsize
+        for d in shape:
+            nbytes *= d
+        if not MIN_SHARED_BYTES <= nbytes <= self._half:
+            return None
+        offset = FIRST_PAGE + self._turn * self._half
+        self._turn ^= 1
+        view: np.ndarray[Any, Any] = np.ndarray(shape, dtype, self._map, offset)
+        self._reserved = (view, offset)
+        return view
+
+    def put(self, arr: np.ndarray[Any, Any]) -> SharedArray | None:
+        """Place `arr` in the next half of the region; None if it does not fit."""
+        reserved, self._reserved = self._reserved, None
+        code, arr = wire_array(arr)
+        if reserved is not None and arr is reserved[0]:
+            return SharedArray(reserved[1], code, arr.shape)  # written in place
+        if arr.nbytes > self._half:
+            return None
+        offset = FIRST_PAGE + self._turn * self._half
+        self._turn ^= 1
+        target = np.ndarray(arr.shape, arr.dtype, self._map, offset)
+        target[...] = arr
+        del target
+        return SharedArray(offset, code, arr.shape)
+
+    def close(self) -> None:
+        self._reserved = None
+        if not self._map.closed:
+            # An array still viewing the region (a failed step's) keeps the
+            # mapping alive; it is unmapped when the last one goes.
+            with contextlib.suppress(BufferError):
+                self._map.close()
