@@ -51,7 +51,7 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
     )
     p.add_argument("--games", default=",".join(d.games), help="comma list of games")
     p.add_argument("--obs-types", default=",".join(d.obs_types), help="rgb, grayscale, ram")
-    p.add_argument("--clients", default=",".join(d.clients), help="sync, async")
+    p.add_argument("--clients", default=",".join(d.clients), help="sync, sync-socket (no shared memory), async")
     p.add_argument(
         "--placement",
         default=",".join(d.placements),

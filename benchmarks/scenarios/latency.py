@@ -46,10 +46,13 @@ LATENCY_COLUMNS = [
 ]
 
 
-def sync_steps(url: str, work: Workload, client: type[Any] = EnvClient) -> np.ndarray[Any, Any]:
-    """Per-step seconds of `client` (a blocking client class such as :class:`EnvClient`) playing `work`."""
+def sync_steps(
+    url: str, work: Workload, client: type[Any] = EnvClient, **options: Any
+) -> np.ndarray[Any, Any]:
+    """Per-step seconds of `client` (a blocking client class such as :class:`EnvClient`,
+    made with `options`) playing `work`."""
     env: Any
-    with client(url, config=work.config) as env:
+    with client(url, config=work.config, **options) as env:
         env.reset(seed=work.seed)
         time_steps(lambda a: env.step(a).done, env.reset, work.warmup)
         env.reset(seed=work.seed)
@@ -74,8 +77,14 @@ def async_steps(url: str, work: Workload) -> np.ndarray[Any, Any]:
     return run_async(play())
 
 
-#: client name -> how it plays a workload against a server URL.
-CLIENTS = {"sync": sync_steps, "async": async_steps}
+#: client name -> how it plays a workload against a server URL. On this host the
+#: clients get observations through shared memory; "sync-socket" is the sync
+#: client with every byte through the socket, as for a remote server.
+CLIENTS = {
+    "sync": sync_steps,
+    "sync-socket": partial(sync_steps, shared_memory=False),
+    "async": async_steps,
+}
 
 
 def remote_steps(client: str, url: str, work: Workload) -> np.ndarray[Any, Any]:

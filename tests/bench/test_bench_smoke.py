@@ -96,7 +96,7 @@ def test_latency_rows_per_obs_type_and_client(run: dict[str, Any]) -> None:
     assert paths == {
         (obs, path, where)
         for obs in OBS_TYPES
-        for path in ("in-process", "openenv-ws sync", "openenv-ws async")
+        for path in ("in-process", "openenv-ws sync", "openenv-ws sync-socket", "openenv-ws async")
         for where in placements
     }
     for row in rows:
