@@ -119,10 +119,11 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def _resume(self) -> None:
         self._deferred = False
-        if not self.disconnected:
-            self._process()
-            if not self._deferred and not self.read_paused:
-                self.transport.resume_reading()
+        if self.disconnected or self.transport.is_closing():
+            return
+        self._process()
+        if not self._deferred and not self.read_paused and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def _process(self) -> None:
         """Serve the complete frames at the front of the buffer."""
