@@ -8,6 +8,7 @@ frames into :class:`StepResult`.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ DEFAULT: Any = type("_Default", (), {"__repr__": lambda self: "DEFAULT"})()
 
 TOKEN_ENV = "OPENENV_WS_TOKEN"
 # Fatal errors the server sends on its own (id nil): the session ends, no request failed.
+logger = logging.getLogger("openenv_ws.client")
 _SESSION_ENDINGS = frozenset({"idle_timeout", "shutting_down"})
 _LOOPBACK_HOSTS = frozenset({"localhost", "::1", "ip6-localhost"})
 
@@ -116,7 +118,11 @@ class ClientCore:
         host = (urlsplit(url).hostname or "").lower()
         if host not in _LOOPBACK_HOSTS and not host.startswith("127."):
             return
-        self.shared = ClientRegion()
+        try:
+            self.shared = ClientRegion()
+        except OSError as exc:  # out of descriptors or memory: the socket still works
+            logger.debug("no shared region for observations: %s", exc)
+            return
         self._ext_hook = shared_ext_hook(self.shared)
 
     def handshake_answered(self, headers: Mapping[str, str], *, keep_descriptor: bool) -> bool:

@@ -224,3 +224,16 @@ def test_vector_sessions_use_shared_memory_and_match_in_process() -> None:
             for i, env in enumerate(locals_):
                 np.testing.assert_array_equal(obs[i], env.step(int(actions[i])).obs)
     assert _mapped_regions() == 0
+
+
+def test_a_client_out_of_descriptors_for_a_region_still_plays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def exhausted(*args: Any) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "memfd_create", exhausted)
+    local = FakeEnvironment(BIG)
+    with serve() as server, EnvClient(server.url, config=BIG) as env:
+        assert not env.shared_memory_used
+        np.testing.assert_array_equal(env.reset(seed=5).observation, local.reset(seed=5).obs)
