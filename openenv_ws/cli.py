@@ -176,6 +176,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 score[1] += int(-result.reward)
         elapsed = time.perf_counter() - start
         state = env.state()
+        path = "through shared memory" if env.shared_memory_used else "over the socket"
     lat = np.array(latencies) * 1e6
     print(
         f"episode {state.episode_id[:8]}: {state.step_count} steps, "
@@ -184,7 +185,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     print(
         f"{len(lat) / elapsed:,.0f} steps/s; step latency p50 {np.percentile(lat, 50):.0f} us, "
-        f"p99 {np.percentile(lat, 99):.0f} us (RGB 210x160x3 frames)"
+        f"p99 {np.percentile(lat, 99):.0f} us (RGB 210x160x3 frames {path})"
     )
     return 0
 
