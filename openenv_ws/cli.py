@@ -86,6 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             openenv_config=openenv_config,
             pool=_warm_pool(args, factory),
             workers=board,
+            allowed_origins=args.allow_origin,
         )
 
     sock = reserve_port(args.host, args.port) if board else bind_socket(args.host, args.port)
@@ -230,6 +231,15 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="bearer token clients must send (default: the OPENENV_WS_TOKEN environment "
         "variable, which also keeps it out of the process list)",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin (scheme://host[:port], or '*') whose pages may open sessions "
+        "besides the server's own web page; repeatable. Handshakes from other origins get "
+        "HTTP 403; clients that are not browsers send no origin and are not affected",
     )
     serve.add_argument(
         "--idle-timeout",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -114,13 +115,26 @@ class SessionEndpoint:
     which also handles idle timeouts, resumption and draining.
     """
 
-    def __init__(self, supervisor: Supervisor, *, openenv: OpenEnvCompat | None = None) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        *,
+        openenv: OpenEnvCompat | None = None,
+        allowed_origins: Sequence[str] = (),
+    ) -> None:
         self._supervisor = supervisor
         self._openenv = openenv
+        self._origins = frozenset(o.rstrip("/").lower() for o in allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         if message["type"] != "websocket.connect":
+            return
+        origin = _header(scope, b"origin")
+        if origin is not None and not self._origin_allowed(origin, _header(scope, b"host")):
+            # A page of another site in a browser: refused before the handshake (HTTP 403).
+            logger.warning("WebSocket from origin %r refused (see --allow-origin)", origin)
+            await send({"type": "websocket.close", "code": 1008})
             return
         shared, answer = _shared_region(scope)
         try:
@@ -141,16 +155,31 @@ class SessionEndpoint:
             if shared is not None and shared.owner is None:
                 shared.close()  # no session took it
 
+    def _origin_allowed(self, origin: str, host: str | None) -> bool:
+        """Same-origin pages (the server's own web page) and ``--allow-origin`` ones only.
+
+        Clients that are not browsers send no Origin and are not affected.
+        """
+        origin = origin.rstrip("/").lower()
+        if origin in self._origins or "*" in self._origins:
+            return True
+        return host is not None and urlsplit(origin).netloc == host.lower()
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
 
 def _shared_region(scope: Scope) -> tuple[ServerRegion | None, tuple[bytes, bytes] | None]:
     """Map the shared region the handshake offers, if any; the answer header to send."""
-    offer = next(
-        (value for name, value in scope.get("headers", ()) if name == SHM_HEADER_BYTES), None
-    )
+    offer = _header(scope, SHM_HEADER_BYTES)
     if offer is None:
         return None, None
     try:
-        region = ServerRegion.attach(offer.decode("latin-1"))
+        region = ServerRegion.attach(offer)
     except SharedMemoryRefused as exc:
         logger.debug("shared region refused: %s", exc)
         return None, (SHM_HEADER_BYTES, f"refused: {exc}".encode("latin-1", "replace"))
@@ -166,6 +195,7 @@ def create_app(
     openenv_config: Mapping[str, Any] | None = None,
     pool: WarmPool | None = None,
     workers: WorkerBoard | None = None,
+    allowed_origins: Sequence[str] = (),
 ) -> Starlette:
     """Build the Starlette app serving `env_factory`'s environments.
 
@@ -182,6 +212,10 @@ def create_app(
             it is started and closed with the app, and ``/health`` shows its counters.
         workers: this worker's slot in a multi-process server (see
             :mod:`openenv_ws.server.workers`); ``/health`` then reports every worker.
+        allowed_origins: browser origins (``scheme://host[:port]``, or ``*``)
+            whose pages may open sessions besides the server's own; a
+            handshake with another ``Origin`` header is refused with HTTP 403.
+            Clients that are not browsers send none and are not affected.
 
     Returns:
         A Starlette app with ``WS /ws`` (protocol v1, and OpenEnv's dialect),
@@ -226,7 +260,10 @@ def create_app(
                 pool.close()
 
     routes: list[BaseRoute] = [
-        WebSocketRoute(WS_PATH, SessionEndpoint(supervisor, openenv=openenv)),
+        WebSocketRoute(
+            WS_PATH,
+            SessionEndpoint(supervisor, openenv=openenv, allowed_origins=allowed_origins),
+        ),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", supervisor.metrics.endpoint, methods=["GET"]),
         *http_routes(http_sessions),

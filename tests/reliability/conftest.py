@@ -47,10 +47,17 @@ def serve(
     ping_interval: float | None = 20.0,
     ping_timeout: float | None = 20.0,
     web: bool = False,
+    allowed_origins: tuple[str, ...] = (),
     **limits: Any,
 ) -> Iterator[ServerThread]:
     """A live server on a loopback port with the given limits."""
-    app = create_app(factory, limits=ServerLimits(**limits), token=token, web=web)
+    app = create_app(
+        factory,
+        limits=ServerLimits(**limits),
+        token=token,
+        web=web,
+        allowed_origins=allowed_origins,
+    )
     with ServerThread(app, ping_interval=ping_interval, ping_timeout=ping_timeout) as server:
         yield server
 

@@ -72,6 +72,7 @@ class RawWS:
         while b"\r\n\r\n" not in self._buf:
             chunk = self.sock.recv(4096)
             if not chunk:
+                self.sock.close()
                 raise ConnectionError("closed during the handshake")
             self._buf += chunk
         head, _, self._buf = self._buf.partition(b"\r\n\r\n")
@@ -83,6 +84,7 @@ class RawWS:
             for name, _, value in (line.partition(":") for line in lines[1:])
         }
         if self.status != 101:
+            self.sock.close()
             raise ConnectionError(f"handshake refused: {head.decode(errors='replace')}")
 
     @classmethod
