@@ -32,6 +32,7 @@ import struct
 import sys
 from typing import Any, NamedTuple
 
+import msgpack
 import numpy as np
 
 from ._arrays import array_head, parse_array_head, wire_array
@@ -79,6 +80,10 @@ class SharedArray(NamedTuple):
 
     def ext_payload(self) -> bytes:
         return _OFFSET.pack(self.offset) + array_head(self.code, self.shape)
+
+    def ext(self) -> msgpack.ExtType:
+        """The MessagePack extension value (type 2) naming this array."""
+        return msgpack.ExtType(EXT_SHARED, self.ext_payload())
 
 
 def shared_memory_supported() -> bool:
@@ -223,8 +228,7 @@ class ServerRegion:
             nbytes *= d
         if not MIN_SHARED_BYTES <= nbytes <= self._half:
             return None
-        offset = FIRST_PAGE + self._turn * self._half
-        self._turn ^= 1
+        offset = self._next_half()
         view: np.ndarray[Any, Any] = np.ndarray(shape, dtype, self._map, offset)
         self._reserved = (view, offset)
         return view
@@ -237,12 +241,17 @@ class ServerRegion:
             return SharedArray(reserved[1], code, arr.shape)  # written in place
         if arr.nbytes > self._half:
             return None
-        offset = FIRST_PAGE + self._turn * self._half
-        self._turn ^= 1
+        offset = self._next_half()
         target = np.ndarray(arr.shape, arr.dtype, self._map, offset)
         target[...] = arr
         del target
         return SharedArray(offset, code, arr.shape)
+
+    def _next_half(self) -> int:
+        """The offset of the half to write next (the two halves take turns)."""
+        offset = FIRST_PAGE + self._turn * self._half
+        self._turn ^= 1
+        return offset
 
     def close(self) -> None:
         self._reserved = None

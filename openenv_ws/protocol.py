@@ -370,7 +370,7 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
                 append(head)
                 append(data)
             elif type(value) is SharedArray:
-                append(pack(msgpack.ExtType(EXT_SHARED, value.ext_payload())))
+                append(pack(value.ext()))
             else:
                 append(pack(value))
     except (ProtocolError, TypeError, ValueError, OverflowError) as exc:
@@ -428,7 +428,7 @@ def encode_result(
         data: bytes | memoryview
         try:
             if kind is SharedArray:
-                head, data = pack(msgpack.ExtType(EXT_SHARED, obs.ext_payload())), b""
+                head, data = pack(obs.ext()), b""
             elif kind is np.ndarray:
                 head, data = array_ext_parts(obs)
             elif obs is None:

@@ -22,7 +22,7 @@ from ..environment import EnvFactory
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
 from ..web import web_routes
 from ._session import ServerSession
-from .auth import TokenAuth
+from .auth import TokenAuth, scope_header
 from .http import HTTPSessionStore, http_routes
 from .openenv_compat import OpenEnvCompat
 from .pool import WarmPool
@@ -167,10 +167,8 @@ class SessionEndpoint:
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
+    value = scope_header(scope, name)
+    return None if value is None else value.decode("latin-1")
 
 
 def _shared_region(scope: Scope) -> tuple[ServerRegion | None, tuple[bytes, bytes] | None]:

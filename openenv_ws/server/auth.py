@@ -84,10 +84,11 @@ def exposure_warning(host: str, token: str | None) -> str | None:
     )
 
 
-def _authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
-    for name, value in headers:
-        if name == b"authorization":
-            return value
+def scope_header(scope: Scope, name: bytes) -> bytes | None:
+    """The value of request header `name` (lower-case) in an ASGI scope, or None."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value)
     return None
 
 
@@ -112,7 +113,7 @@ class TokenAuth:
 
     def _verdict(self, scope: Scope) -> bool | None:
         """True: right token; False: wrong or malformed header; None: no header."""
-        header = _authorization(scope.get("headers", ()))
+        header = scope_header(scope, b"authorization")
         if header is None:
             return None
         if header[: len(_PREFIX)].lower() != _PREFIX:
