@@ -237,9 +237,10 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="ORIGIN",
-        help="a browser origin (scheme://host[:port], or '*') whose pages may open sessions "
-        "besides the server's own web page; repeatable. Handshakes from other origins get "
-        "HTTP 403; clients that are not browsers send no origin and are not affected",
+        help="a browser origin (scheme://host[:port], or '*') whose pages may use the server "
+        "besides its own web page; repeatable. WebSocket handshakes and HTTP POST/DELETE "
+        "requests from other origins get HTTP 403; clients that are not browsers send no "
+        "origin and are not affected",
     )
     serve.add_argument(
         "--idle-timeout",

@@ -8,7 +8,6 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -22,7 +21,7 @@ from ..environment import EnvFactory
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
 from ..web import web_routes
 from ._session import ServerSession
-from .auth import TokenAuth, scope_header
+from .auth import OriginCheck, TokenAuth, scope_header
 from .http import HTTPSessionStore, http_routes
 from .openenv_compat import OpenEnvCompat
 from .pool import WarmPool
@@ -120,21 +119,13 @@ class SessionEndpoint:
         supervisor: Supervisor,
         *,
         openenv: OpenEnvCompat | None = None,
-        allowed_origins: Sequence[str] = (),
     ) -> None:
         self._supervisor = supervisor
         self._openenv = openenv
-        self._origins = frozenset(o.rstrip("/").lower() for o in allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         if message["type"] != "websocket.connect":
-            return
-        origin = _header(scope, b"origin")
-        if origin is not None and not self._origin_allowed(origin, _header(scope, b"host")):
-            # A page of another site in a browser: refused before the handshake (HTTP 403).
-            logger.warning("WebSocket from origin %r refused (see --allow-origin)", origin)
-            await send({"type": "websocket.close", "code": 1008})
             return
         shared, answer = _shared_region(scope)
         try:
@@ -154,16 +145,6 @@ class SessionEndpoint:
         finally:
             if shared is not None and shared.owner is None:
                 shared.close()  # no session took it
-
-    def _origin_allowed(self, origin: str, host: str | None) -> bool:
-        """Same-origin pages (the server's own web page) and ``--allow-origin`` ones only.
-
-        Clients that are not browsers send no Origin and are not affected.
-        """
-        origin = origin.rstrip("/").lower()
-        if origin in self._origins or "*" in self._origins:
-            return True
-        return host is not None and urlsplit(origin).netloc == host.lower()
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -211,8 +192,9 @@ def create_app(
         workers: this worker's slot in a multi-process server (see
             :mod:`openenv_ws.server.workers`); ``/health`` then reports every worker.
         allowed_origins: browser origins (``scheme://host[:port]``, or ``*``)
-            whose pages may open sessions besides the server's own; a
-            handshake with another ``Origin`` header is refused with HTTP 403.
+            whose pages may use the server besides its own; a WebSocket
+            handshake or a POST/DELETE with another ``Origin`` header is
+            refused with HTTP 403 (see :class:`~openenv_ws.server.auth.OriginCheck`).
             Clients that are not browsers send none and are not affected.
 
     Returns:
@@ -260,7 +242,7 @@ def create_app(
     routes: list[BaseRoute] = [
         WebSocketRoute(
             WS_PATH,
-            SessionEndpoint(supervisor, openenv=openenv, allowed_origins=allowed_origins),
+            SessionEndpoint(supervisor, openenv=openenv),
         ),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", supervisor.metrics.endpoint, methods=["GET"]),
@@ -272,6 +254,7 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     if token is not None:
         app.add_middleware(TokenAuth, token=token)
+    app.add_middleware(OriginCheck, allowed=allowed_origins)
     app.state.registry = registry
     app.state.supervisor = supervisor
     app.state.http_sessions = http_sessions

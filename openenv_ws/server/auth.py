@@ -16,6 +16,14 @@ carry the token in its ``open`` frame, or ``open`` is refused with the fatal
 error ``auth`` and close code 1008.
 
 Tokens are compared with :func:`hmac.compare_digest` and never logged.
+
+Independently of tokens, :class:`OriginCheck` keeps pages of other sites out:
+a browser lets any page open a WebSocket to, or send a form-like POST to, any
+address (127.0.0.1 included), and marks such requests with an ``Origin``
+header. A WebSocket handshake, or an HTTP request that can change something
+(any method but GET, HEAD and OPTIONS), whose ``Origin`` is neither the
+server's own nor an allowed one is refused with HTTP 403. Clients that are
+not browsers send no ``Origin`` and are not affected.
 """
 
 from __future__ import annotations
@@ -23,14 +31,17 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = [
     "AUTHENTICATED",
     "PUBLIC_PATHS",
     "PUBLIC_PREFIXES",
     "TOKEN_ENV",
+    "OriginCheck",
     "TokenAuth",
     "exposure_warning",
     "is_loopback",
@@ -53,6 +64,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _PREFIX = b"bearer "
+#: HTTP methods that only read: a foreign page's request with them is let through
+#: (without CORS headers its script cannot read the answer anyway).
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+logger = logging.getLogger("openenv_ws.server")
 
 
 def token_matches(expected: str, given: str | bytes | None) -> bool:
@@ -141,6 +157,67 @@ class TokenAuth:
         await self.app(scope, receive, send)
 
 
+class OriginCheck:
+    """ASGI middleware refusing browser requests from other sites' pages (HTTP 403).
+
+    Args:
+        app: the ASGI app to protect.
+        allowed: origins (``scheme://host[:port]``, case and a trailing slash
+            ignored, or ``*``) whose pages are let in besides the server's own.
+    """
+
+    def __init__(self, app: ASGIApp, *, allowed: Iterable[str] = ()) -> None:
+        self.app = app
+        self._allowed = frozenset(o.rstrip("/").lower() for o in allowed)
+
+    def allows(self, origin: str, host: str | None) -> bool:
+        """True for the server's own origin (same ``Host``) and the allowed ones."""
+        origin = origin.rstrip("/").lower()
+        if origin in self._allowed or "*" in self._allowed:
+            return True
+        return host is not None and urlsplit(origin).netloc == host.lower()
+
+    def _refused(self, scope: Scope) -> str | None:
+        origin = scope_header(scope, b"origin")
+        if origin is None:
+            return None
+        host = scope_header(scope, b"host")
+        text = origin.decode("latin-1")
+        if self.allows(text, None if host is None else host.decode("latin-1")):
+            return None
+        return text
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "websocket":
+            origin = self._refused(scope)
+            if origin is not None:
+                logger.warning("WebSocket from origin %r refused (see --allow-origin)", origin)
+                message = await receive()  # websocket.connect
+                if message["type"] == "websocket.connect":
+                    await send({"type": "websocket.close", "code": 1008})  # HTTP 403
+                return
+        elif kind == "http" and scope["method"] not in _SAFE_METHODS:
+            origin = self._refused(scope)
+            if origin is not None:
+                logger.warning(
+                    "%s %s from origin %r refused (see --allow-origin)",
+                    scope["method"],
+                    scope["path"],
+                    origin,
+                )
+                body = json.dumps(
+                    {
+                        "error": "origin",
+                        "message": f"requests from pages of {origin} are not accepted here; "
+                        "start the server with --allow-origin to let them in",
+                    }
+                ).encode()
+                await _send_http(send, 403, _json_head(body), body)
+                return
+        await self.app(scope, receive, send)
+
+
 _MESSAGE = (
     "missing or wrong bearer token; send 'Authorization: Bearer <token>' "
     "(clients: token=... or the OPENENV_WS_TOKEN environment variable)"
@@ -151,19 +228,27 @@ def _http_head(status: int) -> dict[str, Any]:
     body = json.dumps({"error": "auth", "message": _MESSAGE}).encode()
     return {
         "status": status,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", b'Bearer realm="openenv-ws"'),
-        ],
+        "headers": _json_head(body, (b"www-authenticate", b'Bearer realm="openenv-ws"')),
         "body": body,
     }
 
 
+def _json_head(body: bytes, *extra: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *extra,
+    ]
+
+
+async def _send_http(send: Send, status: int, headers: list[Any], body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def _refuse_http(send: Send) -> None:
     head = _http_head(401)
-    await send({"type": "http.response.start", "status": 401, "headers": head["headers"]})
-    await send({"type": "http.response.body", "body": head["body"]})
+    await _send_http(send, 401, head["headers"], head["body"])
 
 
 async def _refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
