@@ -51,12 +51,14 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
     )
     p.add_argument("--games", default=",".join(d.games), help="comma list of games")
     p.add_argument("--obs-types", default=",".join(d.obs_types), help="rgb, grayscale, ram")
-    p.add_argument("--clients", default=",".join(d.clients), help="sync, sync-socket (no shared memory), async")
+    p.add_argument(
+        "--clients", default=",".join(d.clients), help="sync, sync-socket (no shared memory), async"
+    )
     p.add_argument(
         "--placement",
         default=",".join(d.placements),
         help="split (server and client on different cores), shared (same core), any (OS "
-        "decides); the latency scenario measures each, the others use the first",
+        "decides); the latency and OpenEnv scenarios measure each, the others use the first",
     )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(

@@ -100,17 +100,21 @@ def run(ctx: Context) -> Section:
     """The same workload through OpenEnv (openenv-core) over its WebSocket and HTTP /step."""
     opts = ctx.options
     section = Section("openenv", "Peer: OpenEnv's Atari server and clients", COLUMNS)
-    placement = ctx.placements()[0]
+    placements = ctx.placements()
     works = [
         ctx.workload(game, obs, opts.peer_steps) for game in opts.games for obs in opts.obs_types
     ]
-    # Phases per workload: in-process, ours, OpenEnv client on ours, OpenEnv WS, HTTP, and
-    # OpenEnv WS without PNG on RGB.
-    ctx.progress.start(section.title, sum(6 if w.obs_type == "rgb" else 5 for w in works))
+    # Phases per workload and placement: in-process, ours, OpenEnv client on ours, OpenEnv WS,
+    # HTTP, and OpenEnv WS without PNG on RGB.
+    phases = sum(6 if w.obs_type == "rgb" else 5 for w in works)
+    ctx.progress.start(section.title, phases * len(placements))
     version = _peer_version()
-    with our_server(placement) as server, placement.client_side():
-        for work in works:
-            _one_workload(ctx, section, placement, work, server.url, version)
+    for placement in placements:
+        with our_server(placement) as server, placement.client_side():
+            for work in works:
+                # The plot gets one latency line per path: the first placement's.
+                keep = placement is placements[0]
+                _one_workload(ctx, section, placement, work, server.url, version, keep)
     section.notes.append(
         f"OpenEnv: openenv-core {version or '(not installed)'} server (`create_app`, uvicorn "
         "defaults) and clients; its Atari environment is not published on PyPI, so "
@@ -135,6 +139,7 @@ def _one_workload(
     work: Workload,
     url: str,
     version: str | None,
+    keep_samples: bool,
 ) -> None:
     base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
     ctx.progress.phase(f"in-process {work.label()}")
@@ -151,6 +156,10 @@ def _one_workload(
             row["vs_inprocess"] = stats["steps_per_s"] / reference["steps_per_s"]
         section.add(**row)
 
+    def plot(label: str, samples: Any) -> None:
+        if keep_samples:
+            section.sample(work.obs_type, label, samples)
+
     add("in-process", reference, len(work.actions))
     add("openenv-ws sync", ours, len(work.actions))
     ctx.progress.phase(f"OpenEnv client on openenv-ws {work.label()}")
@@ -160,7 +169,7 @@ def _one_workload(
         with our_server(placement, config) as dialect:
             samples = _ws_steps(dialect.http_url, work)
         add("OpenEnv WS client → openenv-ws", latency_row(samples), len(samples))
-        section.sample(work.obs_type, "OpenEnv WS client → openenv-ws", samples)
+        plot("OpenEnv WS client → openenv-ws", samples)
     else:
         add("OpenEnv WS client → openenv-ws", None, 0, "pending: no OpenEnv dialect here")
     variants: list[tuple[str, bool]] = [("OpenEnv WS", True)]
@@ -169,13 +178,13 @@ def _one_workload(
     for path, screen_image in variants:
         ctx.progress.phase(f"{path} {work.label()}")
         measure_http = screen_image  # HTTP once per workload, as OpenEnv ships it
-        _peer_rows(ctx, section, add, placement, work, path, screen_image, measure_http, version)
+        _peer_rows(ctx, add, plot, placement, work, path, screen_image, measure_http, version)
 
 
 def _peer_rows(
     ctx: Context,
-    section: Section,
     add: Callable[..., None],
+    plot: Callable[[str, Any], None],
     placement: Placement,
     work: Workload,
     path: str,
@@ -196,11 +205,11 @@ def _peer_rows(
         ) as peer:
             samples = _ws_steps(peer.http_url, work)
             add(path, latency_row(samples), len(samples))
-            section.sample(work.obs_type, path, samples)
+            plot(path, samples)
             if measure_http:
                 ctx.progress.phase(f"OpenEnv HTTP /step {work.label()}")
                 samples = _http_steps(peer.http_url, work, http_steps)
                 add("OpenEnv HTTP /step", latency_row(samples), len(samples), "new env per call")
-                section.sample(work.obs_type, "OpenEnv HTTP /step", samples)
+                plot("OpenEnv HTTP /step", samples)
     except (PeerUnavailable, OSError, RuntimeError, ImportError) as exc:
         add(path, None, 0, f"could not run: {exc}")

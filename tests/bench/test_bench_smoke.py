@@ -111,16 +111,21 @@ def test_latency_rows_per_obs_type_and_client(run: dict[str, Any]) -> None:
 
 def test_peer_rows_have_numbers_and_ratios(run: dict[str, Any]) -> None:
     rows = _rows(run, "openenv")
-    by_path = {(r["obs"], r["path"]): r for r in rows}
-    for obs in OBS_TYPES:
-        paths = ["openenv-ws sync", "OpenEnv WS", "OpenEnv HTTP /step"]
-        if serve_supports("--openenv-config"):
-            paths.append("OpenEnv WS client → openenv-ws")
-        for path in paths:
-            row = by_path[(obs, path)]
-            _positive(row, "steps", "p50_us", "steps_per_s", "ours_x", "vs_inprocess")
-        assert by_path[(obs, "OpenEnv HTTP /step")]["steps"] == 3
-    _positive(by_path[("rgb", "OpenEnv WS, no PNG")], "steps_per_s", "ours_x")
+    placements = [Placement.named(name).name for name in ("split", "shared")]
+    by_path = {(r["obs"], r["path"], r["placement"]): r for r in rows}
+    assert {r["placement"] for r in rows} == set(placements)
+    for where in placements:
+        for obs in OBS_TYPES:
+            paths = ["openenv-ws sync", "OpenEnv WS", "OpenEnv HTTP /step"]
+            if serve_supports("--openenv-config"):
+                paths.append("OpenEnv WS client → openenv-ws")
+            for path in paths:
+                row = by_path[(obs, path, where)]
+                _positive(row, "steps", "p50_us", "steps_per_s", "ours_x", "vs_inprocess")
+            assert by_path[(obs, "OpenEnv HTTP /step", where)]["steps"] == 3
+        _positive(by_path[("rgb", "OpenEnv WS, no PNG", where)], "steps_per_s", "ours_x")
+    # One latency line per path in the plot's samples: the first placement's.
+    assert len(run["samples"]["sections"]["openenv"]["rgb"]["OpenEnv WS"]) == 100
     assert "openenv-core 0.3" in run["markdown"]
 
 
