@@ -19,7 +19,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
 
@@ -78,7 +78,119 @@ def _frame_header(opcode: int, length: int, mask: bytes) -> bytes:
     return struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length) + mask
 
 
-class BlockingWebSocket:
+def handshake_request(netloc: str, target: str, headers: Mapping[str, str]) -> tuple[bytes, str]:
+    """The HTTP upgrade request of a WebSocket handshake, and its ``Sec-WebSocket-Key``."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    lines = [
+        f"GET {target} HTTP/1.1",
+        f"Host: {netloc}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+        "User-Agent: openenv-ws",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), key
+
+
+def check_handshake_answer(head: str, key: str, url: str) -> dict[str, str]:
+    """The answer's headers (lower-case names) if it accepts the handshake, else raise why not.
+
+    Raises:
+        AuthError: HTTP 401 or 403 (missing or wrong token, a refused origin).
+        ServerUnavailable: any other status than 101.
+        ProtocolError: a wrong ``Sec-WebSocket-Accept`` or an extension not offered.
+    """
+    status_line, _, rest = head.partition("\r\n")
+    fields = {}
+    for line in rest.split("\r\n"):
+        name, _, value = line.partition(":")
+        fields[name.strip().lower()] = value.strip()
+    parts = status_line.split(" ", 2)
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+    if status in (401, 403):
+        raise AuthError(
+            f"the server at {url} refused the connection (HTTP {status}); "
+            "pass the server's token with token=... (or OPENENV_WS_TOKEN)"
+        )
+    if status != 101:
+        raise ServerUnavailable(
+            f"{url} did not accept a WebSocket (answered '{status_line}'); "
+            "check the URL points at an openenv-ws server's /ws endpoint"
+        )
+    expected = base64.b64encode(hashlib.sha1(key.encode() + _GUID).digest()).decode()
+    if fields.get("sec-websocket-accept") != expected:
+        raise ProtocolError("the server's Sec-WebSocket-Accept does not match the handshake key")
+    if fields.get("sec-websocket-extensions"):
+        raise ProtocolError("the server enabled a WebSocket extension that was not offered")
+    return fields
+
+
+def close_payload(code: int, reason: str) -> bytes:
+    """A close frame's payload: the code and up to 123 bytes of reason."""
+    return struct.pack("!H", code) + reason.encode()[:123]
+
+
+def frame_bytes(opcode: int, data: bytes) -> bytes:
+    """One final client frame (masked with a fresh random key) carrying `data`."""
+    mask = os.urandom(4)
+    return _frame_header(opcode, len(data), mask) + _apply_mask(data, mask)
+
+
+class Violation(Exception):
+    """A frame from the server that breaks RFC 6455: the close code and why."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+def assemble(
+    fragments: bytearray | None, opcode: int, fin: int, payload: bytes | memoryview, max_size: int
+) -> tuple[bytearray | None, bytearray | None]:
+    """Add a data frame to a fragmented message: (fragments to keep, whole message or None).
+
+    Raises:
+        Violation: a new message inside a fragmented one, a continuation of
+            nothing, or a message above `max_size` bytes.
+    """
+    if opcode != _OP_CONT:
+        if fragments is not None:
+            raise Violation(1002, "the server started a new message inside a fragmented one")
+        fragments = bytearray()
+    elif fragments is None:
+        raise Violation(1002, "the server sent a continuation frame with no message to continue")
+    fragments += payload
+    if len(fragments) > max_size:
+        raise Violation(1009, f"fragmented message above the client's limit of {max_size} bytes")
+    if not fin:
+        return fragments, None
+    return None, fragments
+
+
+class ConnectionFacts:
+    """What both client WebSockets tell about their connection."""
+
+    def __init__(self, url: str, max_size: int) -> None:
+        self.url = url
+        self.max_size = max_size
+        #: The handshake answer's headers (lower-case names).
+        self.response_headers: dict[str, str] = {}
+        self.closed = False
+        self.close_code: int | None = None
+        self.close_reason = ""
+
+
+def endpoint(url: str) -> tuple[SplitResult, bool, str, int]:
+    """A ws(s) URL's parts, whether it is secure, and the host and port to connect to."""
+    parts = urlsplit(url)
+    secure = parts.scheme == "wss"
+    return parts, secure, parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80)
+
+
+class BlockingWebSocket(ConnectionFacts):
     """One client WebSocket connection with blocking, resumable I/O.
 
     Args:
@@ -101,18 +213,9 @@ class BlockingWebSocket:
         max_size: int = 64 << 20,
         busy_poll: float = 0.0,
     ) -> None:
-        parts = urlsplit(url)
+        super().__init__(url, max_size)
         self.busy_poll = busy_poll
-        secure = parts.scheme == "wss"
-        host = parts.hostname or "127.0.0.1"
-        port = parts.port or (443 if secure else 80)
-        self.url = url
-        self.max_size = max_size
-        #: The handshake answer's headers (lower-case names).
-        self.response_headers: dict[str, str] = {}
-        self.closed = False
-        self.close_code: int | None = None
-        self.close_reason = ""
+        parts, secure, host, port = endpoint(url)
         self._timeout: float | None = open_timeout
         try:
             sock = socket.create_connection((host, port), timeout=open_timeout)
@@ -145,19 +248,9 @@ class BlockingWebSocket:
     # ------------------------------------------------------------------ handshake
 
     def _handshake(self, netloc: str, target: str, headers: Mapping[str, str]) -> None:
-        key = base64.b64encode(os.urandom(16)).decode()
-        lines = [
-            f"GET {target} HTTP/1.1",
-            f"Host: {netloc}",
-            "Upgrade: websocket",
-            "Connection: Upgrade",
-            f"Sec-WebSocket-Key: {key}",
-            "Sec-WebSocket-Version: 13",
-            "User-Agent: openenv-ws",
-            *(f"{k}: {v}" for k, v in headers.items()),
-        ]
+        request, key = handshake_request(netloc, target, headers)
         try:
-            self._sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            self._sock.sendall(request)
             head = self._read_http_head()
         except TimeoutError:
             raise ServerUnavailable(
@@ -165,31 +258,7 @@ class BlockingWebSocket:
             ) from None
         except OSError as exc:
             raise ServerUnavailable(f"WebSocket handshake with {self.url} failed: {exc}") from None
-        status_line, _, rest = head.partition("\r\n")
-        fields = {}
-        for line in rest.split("\r\n"):
-            name, _, value = line.partition(":")
-            fields[name.strip().lower()] = value.strip()
-        parts = status_line.split(" ", 2)
-        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-        if status in (401, 403):
-            raise AuthError(
-                f"the server at {self.url} refused the connection (HTTP {status}); "
-                "pass the server's token with token=... (or OPENENV_WS_TOKEN)"
-            )
-        if status != 101:
-            raise ServerUnavailable(
-                f"{self.url} did not accept a WebSocket (answered '{status_line}'); "
-                "check the URL points at an openenv-ws server's /ws endpoint"
-            )
-        expected = base64.b64encode(hashlib.sha1(key.encode() + _GUID).digest()).decode()
-        if fields.get("sec-websocket-accept") != expected:
-            raise ProtocolError(
-                "the server's Sec-WebSocket-Accept does not match the handshake key"
-            )
-        if fields.get("sec-websocket-extensions"):
-            raise ProtocolError("the server enabled a WebSocket extension that was not offered")
-        self.response_headers = fields
+        self.response_headers = check_handshake_answer(head, key, self.url)
 
     def _read_http_head(self) -> str:
         while True:
@@ -228,8 +297,7 @@ class BlockingWebSocket:
         """Send one message (a single masked frame)."""
         if self.closed:
             raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
-        mask = os.urandom(4)
-        frame = _frame_header(opcode, len(data), mask) + _apply_mask(data, mask)
+        frame = frame_bytes(opcode, data)
         try:
             if self._timeout == 0.0:
                 # Non-blocking since recv_nowait: write what fits, wait for the rest.
@@ -375,21 +443,12 @@ class BlockingWebSocket:
             self._nowait = False
 
     def _assemble(self, opcode: int, fin: int, payload: memoryview) -> bytearray | None:
-        if opcode != _OP_CONT:
-            if self._fragments is not None:
-                self._fail(1002, "the server started a new message inside a fragmented one")
-            self._fragments = bytearray()
-        elif self._fragments is None:
-            self._fail(1002, "the server sent a continuation frame with no message to continue")
-        assert self._fragments is not None
-        self._fragments += payload
-        if len(self._fragments) > self.max_size:
-            self._fail(
-                1009, f"fragmented message above the client's limit of {self.max_size} bytes"
+        try:
+            self._fragments, message = assemble(
+                self._fragments, opcode, fin, payload, self.max_size
             )
-        if not fin:
-            return None
-        message, self._fragments = self._fragments, None
+        except Violation as exc:
+            self._fail(exc.code, exc.reason)
         return message
 
     def _on_close(self, payload: bytes) -> None:
@@ -421,12 +480,8 @@ class BlockingWebSocket:
             return
         self.closed = True
         self.close_code, self.close_reason = code, reason
-        payload = struct.pack("!H", code) + reason.encode()[:123]
-        mask = os.urandom(4)
         try:
-            self._sock.sendall(
-                _frame_header(_OP_CLOSE, len(payload), mask) + _apply_mask(payload, mask)
-            )
+            self._sock.sendall(frame_bytes(_OP_CLOSE, close_payload(code, reason)))
             self._sock.settimeout(timeout)
             self._sock.shutdown(socket.SHUT_WR)
             while self._sock.recv(65536):

@@ -8,13 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
-
-from .._logsafe import redact_credentials
-from .._shm import HEADER as SHM_HEADER
 from ..errors import (
-    AuthError,
     InvalidState,
     OpenEnvError,
     RequestTimeout,
@@ -31,7 +25,9 @@ from ..protocol import (
     SnapshotData,
     StateReply,
     encode,
+    encode_step,
 )
+from ._aws import AsyncWebSocket
 from ._core import DEFAULT, ClientCore, SessionFacts, StepResult, plain_action, result_of
 from ._resume import Resumption, can_resume
 from ._ws import normalize_url
@@ -68,14 +64,13 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         resume_timeout: float = 30.0,
         shared_memory: bool = True,
     ) -> None:
-        redact_credentials()  # websockets logs handshake headers at debug level
         self.url = normalize_url(url)
         self.timeout = timeout
         self.open_timeout = open_timeout
         self.resume_timeout = resume_timeout if resume else 0.0
         self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
         self._shared_memory = shared_memory
-        self._ws: ClientConnection | None = None
+        self._ws: AsyncWebSocket | None = None
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -107,43 +102,25 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         """True when the server writes observations into shared memory (same host)."""
         return self._core.shared is not None
 
-    async def _connect(self, open_timeout: float | None) -> ClientConnection:
-        ws = await self._handshake(open_timeout)
-        answer = {SHM_HEADER: ws.response.headers.get(SHM_HEADER, "")} if ws.response else {}
-        self._core.handshake_answered(answer, keep_descriptor=True)
+    async def _connect(self, open_timeout: float | None) -> AsyncWebSocket:
+        try:
+            async with asyncio.timeout(open_timeout):
+                ws = await AsyncWebSocket.connect(
+                    self.url, headers=self._core.headers(), max_size=self._core.max_frame_size
+                )
+        except TimeoutError:
+            raise ServerUnavailable(
+                f"no WebSocket handshake answer from {self.url} within {open_timeout} s"
+            ) from None
+        self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
         return ws
 
-    async def _handshake(self, open_timeout: float | None) -> ClientConnection:
-        try:
-            return await asyncio.wait_for(
-                connect(
-                    self.url,
-                    compression=None,
-                    max_size=self._core.max_frame_size,
-                    additional_headers=self._core.headers(),
-                    proxy=None,
-                    open_timeout=None,
-                    user_agent_header="openenv-ws",
-                ),
-                open_timeout,
-            )
-        except InvalidStatus as exc:
-            status = exc.response.status_code
-            if status in (401, 403):
-                raise AuthError(
-                    f"the server at {self.url} refused the connection (HTTP {status}); "
-                    "pass the server's token with token=..."
-                ) from None
-            raise ServerUnavailable(
-                f"{self.url} did not accept a WebSocket (HTTP {status})"
-            ) from None
-        except (TimeoutError, OSError, InvalidURI) as exc:
-            raise ServerUnavailable(
-                f"cannot connect to {self.url} ({exc or type(exc).__name__}); "
-                "is the server running?"
-            ) from None
-
     async def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
+        return await self._send_request(encode(frame), frame.id, timeout, frame.OP)
+
+    async def _send_request(
+        self, data: bytes, rid: int, timeout: float | None, op: str
+    ) -> ServerFrame:
         if self._ws is None:
             raise InvalidState(
                 "the client is not open; use 'async with' or await open()", code="not_open"
@@ -152,40 +129,35 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
             raise self._core.closed_error or InvalidState(
                 "the client is closed; create a new one to open another session", code="closed"
             )
-        data = encode(frame)
         async with self._lock:
             if self._core.closed_error is not None:
                 raise self._core.closed_error
             try:
-                reply = await self._exchange(self._ws, data, frame.id, timeout, frame.OP)
+                ws = self._ws  # a resume by another request may have replaced it
+                reply = await self._exchange(ws, data, rid, timeout, op)
             except SessionClosed as exc:
                 if self._core.closed_error is not None:
                     raise self._core.closed_error from None
                 if not (self.resume_timeout > 0 and can_resume(self._core, exc)):
                     raise
-                reply = await self._resume(data, frame.id, timeout, frame.OP, exc)
+                reply = await self._resume(data, rid, timeout, op, exc)
         return self._core.check(reply)
 
     async def _exchange(
-        self, ws: ClientConnection, data: bytes, rid: int, timeout: float | None, op: str
+        self, ws: AsyncWebSocket, data: bytes, rid: int, timeout: float | None, op: str
     ) -> ServerFrame:
         """Send one request and return its reply (late replies to earlier ones are skipped)."""
+        decode, is_reply = self._core.decode, self._core.is_reply
         try:
             await ws.send(data)
             async with asyncio.timeout(timeout):
                 while True:
-                    reply = self._core.decode(await ws.recv(decode=False))
-                    if self._core.is_reply(rid, reply):
+                    reply = decode(await ws.recv())
+                    if is_reply(rid, reply):
                         return reply
         except TimeoutError:
             raise RequestTimeout(
                 f"no reply to '{op}' within {timeout} s; a late reply will be discarded"
-            ) from None
-        except ConnectionClosed as exc:
-            rcvd = exc.rcvd
-            raise SessionClosed(
-                rcvd.code if rcvd else None,
-                rcvd.reason if rcvd else "the connection dropped without a close frame",
             ) from None
 
     async def _resume(
@@ -231,9 +203,12 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
     ) -> StepResult[ObsT]:
         """Advance one step; with ``obs=False`` the observation is left out (None)."""
-        frame = self._core.step_frame(self._action_to_wire(action), obs)
-        reply = await self._request(frame, self._t(timeout))
-        return self._result_from_wire(ClientCore.expect(reply, Result))
+        rid = self._core.next_id()
+        data = encode_step(rid, self._action_to_wire(action), obs)
+        reply = await self._send_request(data, rid, self._t(timeout), "step")
+        if type(reply) is not Result:
+            ClientCore.expect(reply, Result)
+        return self._result_from_wire(reply)  # type: ignore[arg-type]
 
     async def state(self, *, timeout: float | None = DEFAULT) -> Any:
         reply = await self._request(GetState(id=self._core.next_id()), self._t(timeout))

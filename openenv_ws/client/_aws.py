@@ -1,0 +1,286 @@
+"""An asyncio RFC 6455 WebSocket client (an ``asyncio.Protocol``), built for latency.
+
+The asynchronous client's counterpart of :mod:`._ws`: whole frames are parsed
+in ``data_received`` and a complete message goes straight to the request
+waiting for it (one future per reply), pings are answered there too, so the
+connection stays alive between calls however far apart they are. Sending is
+one ``transport.write`` of a masked frame. Handshake checks and framing are
+shared with the blocking client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import Mapping
+from typing import cast
+
+from ..errors import ProtocolError, ServerUnavailable, SessionClosed
+from ._ws import (
+    _OP_BINARY,
+    _OP_CLOSE,
+    _OP_CONT,
+    _OP_PING,
+    _OP_PONG,
+    _OP_TEXT,
+    ConnectionFacts,
+    Violation,
+    assemble,
+    check_handshake_answer,
+    close_payload,
+    endpoint,
+    frame_bytes,
+    handshake_request,
+)
+
+__all__ = ["AsyncWebSocket"]
+
+_MAX_HEAD = 65536
+
+
+class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
+    """One client WebSocket connection on the running event loop.
+
+    Make one with :meth:`connect`; :meth:`recv` returns whole data messages
+    as bytes, in order, and raises :class:`SessionClosed` once the connection
+    is gone (close frame or not).
+    """
+
+    def __init__(self, url: str, max_size: int) -> None:
+        ConnectionFacts.__init__(self, url, max_size)
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._head: asyncio.Future[str] | None = self._loop.create_future()
+        self._messages: collections.deque[bytes] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._fragments: bytearray | None = None
+        self._error: ProtocolError | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._gone: asyncio.Future[None] = self._loop.create_future()
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        max_size: int = 64 << 20,
+    ) -> AsyncWebSocket:
+        """Connect and complete the handshake (wrap in a timeout for a limit).
+
+        Raises:
+            ServerUnavailable: no server, or it did not accept a WebSocket.
+            AuthError: the server refused the handshake (HTTP 401/403).
+            ProtocolError: a malformed handshake answer.
+        """
+        parts, secure, host, port = endpoint(url)
+        loop = asyncio.get_running_loop()
+        try:
+            _, ws = await loop.create_connection(
+                lambda: cls(url, max_size),
+                host,
+                port,
+                ssl=ssl.create_default_context() if secure else None,
+                server_hostname=host if secure else None,
+            )
+        except OSError as exc:
+            raise ServerUnavailable(
+                f"cannot connect to {host}:{port} ({exc}); is the server running at {url}?"
+            ) from None
+        try:
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            request, key = handshake_request(parts.netloc, target, headers or {})
+            assert ws._transport is not None and ws._head is not None
+            ws._transport.write(request)
+            head = await ws._head
+            ws.response_headers = check_handshake_answer(head, key, url)
+            ws._head = None
+            ws._parse()  # frames that came with the answer
+        except BaseException:
+            ws.abort()
+            raise
+        return ws
+
+    # ------------------------------------------------------------------ protocol callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, hence the cast.
+        self._transport = cast(asyncio.Transport, transport)  # TCP_NODELAY is set by the loop
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if self._head is not None:
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._buf) > _MAX_HEAD:
+                    self._head.set_exception(
+                        ProtocolError("the handshake answer headers exceed 64 KiB")
+                    )
+                    self._head = None
+                return
+            if not self._head.done():
+                self._head.set_result(bytes(self._buf[:end]).decode("latin-1"))
+            del self._buf[: end + 4]
+            return  # the rest is parsed once the answer is checked
+        self._parse()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(
+                ServerUnavailable(f"{self.url} closed the connection during the handshake")
+            )
+        if not self.closed:
+            self._gone_with(None, f"the connection dropped ({exc or 'no close frame'})")
+        if not self._gone.done():
+            self._gone.set_result(None)
+        self.resume_writing()
+        self._wake()
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    # ------------------------------------------------------------------ frames in
+
+    def _parse(self) -> None:
+        buf = self._buf
+        start = 0
+        try:
+            while not self.closed:
+                size = len(buf) - start
+                if size < 2:
+                    break
+                b0, b1 = buf[start], buf[start + 1]
+                if b1 & 0x80 or b0 & 0x70:
+                    self._fail(1002, "the server sent a masked frame or used reserved bits")
+                length = b1 & 0x7F
+                head = 2
+                if length == 126:
+                    if size < 4:
+                        break
+                    length = int.from_bytes(buf[start + 2 : start + 4], "big")
+                    head = 4
+                elif length == 127:
+                    if size < 10:
+                        break
+                    length = int.from_bytes(buf[start + 2 : start + 10], "big")
+                    head = 10
+                if length > self.max_size:
+                    self._fail(
+                        1009,
+                        f"message of {length} bytes is above the client's limit of {self.max_size}",
+                    )
+                end = start + head + length
+                if len(buf) < end:
+                    break
+                payload = bytes(buf[start + head : end])
+                start = end
+                self._frame(b0, payload)
+        except ProtocolError as exc:
+            self._error = exc
+            self._gone_with(self.close_code, str(exc))
+        finally:
+            del buf[:start]
+            self._wake()
+
+    def _frame(self, b0: int, payload: bytes) -> None:
+        opcode = b0 & 0x0F
+        fin = b0 & 0x80
+        if opcode == _OP_BINARY and fin and self._fragments is None:
+            self._messages.append(payload)
+        elif opcode in (_OP_BINARY, _OP_TEXT, _OP_CONT):
+            self._assemble(opcode, fin, payload)
+        elif opcode == _OP_PING:
+            self._write(frame_bytes(_OP_PONG, payload))
+        elif opcode == _OP_CLOSE:
+            code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
+            reason = payload[2:].decode("utf-8", "replace")
+            self._write(frame_bytes(_OP_CLOSE, payload[:2]))
+            self._gone_with(code, reason)
+            if self._transport is not None:
+                self._transport.close()
+        elif opcode != _OP_PONG:
+            self._fail(1002, f"the server sent a frame with unknown opcode {opcode}")
+
+    def _assemble(self, opcode: int, fin: int, payload: bytes) -> None:
+        try:
+            self._fragments, message = assemble(
+                self._fragments, opcode, fin, payload, self.max_size
+            )
+        except Violation as exc:
+            self._fail(exc.code, exc.reason)
+        if message is not None:
+            self._messages.append(bytes(message))
+
+    def _fail(self, code: int, reason: str) -> None:
+        """Close with `code` for a violation by the server; the waiting request gets it."""
+        self.close_code = code
+        self._write(frame_bytes(_OP_CLOSE, close_payload(code, reason[:120])))
+        if self._transport is not None:
+            self._transport.close()
+        raise ProtocolError(reason)
+
+    def _gone_with(self, code: int | None, reason: str) -> None:
+        if not self.closed:
+            self.closed = True
+            self.close_code, self.close_reason = code, reason
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ------------------------------------------------------------------ API
+
+    async def recv(self) -> bytes:
+        """The next data message; raise :class:`SessionClosed` once the connection is gone."""
+        while True:
+            if self._messages:
+                return self._messages.popleft()
+            if self.closed:
+                error, self._error = self._error, None
+                if error is not None:
+                    raise error
+                raise SessionClosed(
+                    self.close_code, self.close_reason or "the connection is closed"
+                )
+            self._waiter = self._loop.create_future()
+            await self._waiter
+
+    async def send(self, data: bytes, *, opcode: int = _OP_BINARY) -> None:
+        """Send one message (a single masked frame)."""
+        if self.closed:
+            raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
+        self._write(frame_bytes(opcode, data))
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+
+    def _write(self, frame: bytes) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame)
+
+    async def close(self, code: int = 1000, reason: str = "", *, timeout: float = 2.0) -> None:
+        """Send a close frame, wait briefly for the server to end the connection. Idempotent."""
+        if not self.closed:
+            self._gone_with(code, reason)
+            self._write(frame_bytes(_OP_CLOSE, close_payload(code, reason)))
+        transport = self._transport
+        if transport is not None and not self._gone.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._gone), timeout)
+            except TimeoutError:
+                transport.abort()
+
+    def abort(self) -> None:
+        """Drop the connection at once (no close handshake)."""
+        self._gone_with(None, "the connection was aborted")
+        if self._transport is not None:
+            self._transport.abort()
