@@ -24,6 +24,7 @@ Autoreset follows Gymnasium's vector environments (``gymnasium.vector.AutoresetM
 from __future__ import annotations
 
 import contextlib
+import logging
 import selectors
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,12 +33,22 @@ from typing import Any
 import numpy as np
 
 from ..environment import ArraySpec, EnvSpec
-from ..errors import EnvConfigError, InvalidState, RemoteEnvError, RequestTimeout, SessionClosed
-from ..protocol import Close, Error, Reset, Result, Step, encode
+from ..errors import (
+    EnvConfigError,
+    InvalidState,
+    OpenEnvError,
+    RemoteEnvError,
+    RequestTimeout,
+    SessionClosed,
+)
+from ..protocol import Close, Error, Reset, Result, ServerFrame, Step, encode
 from ._core import DEFAULT, ClientCore
+from ._resume import Resumption, can_resume
 from ._ws import NOT_READY, BlockingWebSocket, normalize_url
 
 __all__ = ["AUTORESET_MODES", "VectorEnvClient"]
+
+logger = logging.getLogger("openenv_ws.client")
 
 #: Supported autoreset modes (the values of ``gymnasium.vector.AutoresetMode``).
 AUTORESET_MODES = ("next_step", "same_step", "disabled")
@@ -86,6 +97,13 @@ class VectorEnvClient:
         shared_memory: offer each server on this host (loopback URL) a shared
             memory region, so that large observations skip the socket (see
             :class:`~openenv_ws.client.EnvClient`).
+        resume: when an env's connection drops without the server ending its
+            session (reset, proxy restart, heartbeat timeout), reconnect, take
+            the session back and re-send its request in flight, as
+            :class:`~openenv_ws.client.EnvClient` does; the other envs wait
+            meanwhile. No step is lost or applied twice.
+        resume_timeout: seconds one env may take to resume before its
+            session is given up (its next result raises ``SessionClosed``).
 
     Raises:
         ServerUnavailable: a server does not answer.
@@ -108,6 +126,8 @@ class VectorEnvClient:
         max_frame_size: int = 64 << 20,
         busy_poll: float = 0.0,
         shared_memory: bool = True,
+        resume: bool = True,
+        resume_timeout: float = 30.0,
     ) -> None:
         url_list = (
             [normalize_url(urls)] if isinstance(urls, str) else list(map(normalize_url, urls))
@@ -135,6 +155,8 @@ class VectorEnvClient:
         self.copy = copy
         self.timeout = timeout
         self.busy_poll = busy_poll
+        self.open_timeout = open_timeout
+        self.resume_timeout = resume_timeout if resume else 0.0
         self.closed = False
         per_env = list(configs) if configs is not None else [config or {}] * n
         self._cores = [ClientCore(c, token=token, max_frame_size=max_frame_size) for c in per_env]
@@ -142,6 +164,10 @@ class VectorEnvClient:
             core.offer_shared_memory(url, shared_memory)
         self._ws: list[BlockingWebSocket] = []
         self._selector = selectors.DefaultSelector()
+        # The descriptor each env's socket is registered with (-1: none).
+        self._fds = [-1] * n
+        # Each env's request in flight as sent, to re-send after a resume.
+        self._requests = [b""] * n
         # What each env's request is, until its result is handed out (or _IDLE).
         self._pending = [_IDLE] * n
         # Whether the reply to it is still to come off the socket.
@@ -180,14 +206,14 @@ class VectorEnvClient:
                 max_size=max_frame_size,
             )
             self._ws.append(ws)
-            # This client does not resume sessions: no later connection offers the region.
-            core.handshake_answered(ws.response_headers, keep_descriptor=False)
+            # A resumed session's connection offers the same region again.
+            core.handshake_answered(ws.response_headers, keep_descriptor=self.resume_timeout > 0)
         # Every open is sent once all handshakes are done and before any answer is
         # awaited: a server building one environment answers no handshake
         # meanwhile, so interleaving them would make the servers take turns.
         for i, (ws, core) in enumerate(zip(self._ws, self._cores, strict=True)):
             ws.send(encode(core.open_frame()))
-            self._selector.register(ws.fileno(), selectors.EVENT_READ, i)
+            self._register(i, ws)
         # Answers are read from whichever socket is ready, so that every
         # connection answers the server's pings while others are still opening.
         waiting = set(range(len(self._ws)))
@@ -325,13 +351,8 @@ class VectorEnvClient:
             if needs_reset[i]:
                 self._send_reset(i, None, {}, _AUTORESET)
                 continue
-            core = self._cores[i]
-            rid = core.next_id()
-            data = _step_bytes(rid, action)
-            self._ws[i].send(data)
-            self._rids[i] = rid
-            pending[i] = _STEP
-            self._awaiting[i] = True
+            rid = self._cores[i].next_id()
+            self._transmit(i, rid, _step_bytes(rid, action), _STEP)
 
     def recv(
         self,
@@ -375,10 +396,78 @@ class VectorEnvClient:
 
     def _send_reset(self, i: int, seed: int | None, options: dict[str, Any], kind: int) -> None:
         rid = self._cores[i].next_id()
-        self._ws[i].send(encode(Reset(id=rid, seed=seed, options=options)))
+        self._transmit(i, rid, encode(Reset(id=rid, seed=seed, options=options)), kind)
+
+    def _transmit(self, i: int, rid: int, data: bytes, kind: int) -> None:
+        """Send env ``i`` its next request, resuming its session if the connection dropped."""
+        self._requests[i] = data
         self._rids[i] = rid
         self._pending[i] = kind
         self._awaiting[i] = True
+        try:
+            self._ws[i].send(data)
+        except SessionClosed as exc:
+            error = self._resume(i, exc)  # re-sends the request
+            if error is not None:
+                self._pending[i] = _IDLE
+                self._awaiting[i] = False
+                raise _named(i, error) from None
+
+    def _register(self, i: int, ws: BlockingWebSocket) -> None:
+        fd = ws.fileno()
+        self._selector.register(fd, selectors.EVENT_READ, i)
+        self._fds[i] = fd
+
+    def _unregister(self, i: int) -> None:
+        fd, self._fds[i] = self._fds[i], -1
+        if fd >= 0:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(fd)
+
+    def _resume(self, i: int, cause: SessionClosed) -> OpenEnvError | None:
+        """Take env ``i``'s session back on a new connection; None, or the error to report.
+
+        The request in flight, if any, is re-sent byte for byte: the server
+        answers it from its reply cache if it had served it already.
+        """
+        core = self._cores[i]
+        self._unregister(i)
+        if core.closed_error is not None:
+            return core.closed_error
+        if not (self.resume_timeout > 0 and can_resume(core, cause)):
+            return cause
+        url = self.urls[i]
+        logger.info("env %d: connection to %s dropped (%s); resuming", i, url, cause.reason)
+        attempt = Resumption(core, url, cause, self.resume_timeout)
+        while True:
+            try:
+                ws = BlockingWebSocket(
+                    url,
+                    open_timeout=attempt.connect_timeout(self.open_timeout),
+                    headers=core.headers(),
+                    max_size=core.max_frame_size,
+                )
+            except OpenEnvError as exc:
+                error = _retry(attempt, exc)
+                if error is not None:
+                    return error
+                continue
+            try:
+                core.handshake_answered(ws.response_headers, keep_descriptor=True)
+                frame = attempt.open_frame()
+                ws.send(encode(frame))
+                attempt.opened(_reply(ws, core, frame.id, attempt.connect_timeout(None)))
+                if self._awaiting[i]:
+                    ws.send(self._requests[i])
+            except OpenEnvError as exc:
+                ws.close(timeout=0.1)
+                error = _retry(attempt, exc)
+                if error is not None:
+                    return error
+                continue
+            self._ws[i] = ws
+            self._register(i, ws)
+            return None
 
     def _gather(self, ids: list[int], timeout: float | None) -> list[_Arrival]:
         """Wait until every env in ``ids`` has answered; return their results.
@@ -402,9 +491,9 @@ class VectorEnvClient:
         failed = sorted((e for e in self._errors if e[0] in wanted), key=lambda e: e[0])
         if failed:
             self._errors = [e for e in self._errors if e[0] not in wanted]
-            first = failed[0][1]
-            for _, other in failed[1:]:
-                first.add_note(f"also: {other}")
+            first = _named(*failed[0])
+            for j, other in failed[1:]:
+                first.add_note(f"also: {_named(j, other)}")
             raise first
         return mine
 
@@ -460,7 +549,9 @@ class VectorEnvClient:
             try:
                 frame = ws.recv_nowait(core.decode)
             except SessionClosed as exc:
-                self._fail(i, core.closed_error or exc)
+                error = self._resume(i, exc)
+                if error is not None:
+                    self._fail(i, error)
                 return
             except Exception as exc:  # noqa: BLE001 - reported by the next recv()/step()
                 self._fail(i, exc)
@@ -511,17 +602,13 @@ class VectorEnvClient:
         self._pending[i] = _IDLE
         self._awaiting[i] = False
         self._errors.append((i, exc))
-        ws = self._ws[i]
-        if ws.closed:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(ws.fileno())
+        if self._ws[i].closed:
+            self._unregister(i)
 
     def _check_errors(self) -> None:
         if self._errors:
             i, exc = self._errors.pop(0)
-            if isinstance(exc, SessionClosed) and not str(exc).startswith(f"env {i}"):
-                raise SessionClosed(exc.close_code, f"env {i}: {exc.reason}") from None
-            raise exc
+            raise _named(i, exc) from None
 
     # ------------------------------------------------------------------ batching
 
@@ -631,6 +718,30 @@ class VectorEnvClient:
 
 def _nothing() -> None:
     pass
+
+
+def _named(i: int, exc: BaseException) -> BaseException:
+    """`exc`, a ``SessionClosed`` with the env it concerns named in its reason."""
+    if isinstance(exc, SessionClosed) and not exc.reason.startswith(f"env {i}"):
+        return SessionClosed(exc.close_code, f"env {i}: {exc.reason}")
+    return exc
+
+
+def _retry(attempt: Resumption, exc: OpenEnvError) -> OpenEnvError | None:
+    """Wait before the next resume attempt; None, or the error that ends the attempts."""
+    try:
+        time.sleep(attempt.retry_after(exc))
+    except OpenEnvError as final:
+        return final
+    return None
+
+
+def _reply(ws: BlockingWebSocket, core: ClientCore, rid: int, timeout: float) -> ServerFrame:
+    """The answer to request `rid` on `ws`, skipping late replies to earlier requests."""
+    while True:
+        frame = ws.recv(core.decode, timeout=timeout)
+        if core.is_reply(rid, frame):
+            return frame
 
 
 def _left(deadline: float | None) -> float | None:

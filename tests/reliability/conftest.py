@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -17,7 +19,7 @@ from openenv_ws.testing import fake_factory
 
 from ..conftest import UNIT
 
-__all__ = ["UNIT", "health", "serve", "wait_until"]
+__all__ = ["UNIT", "health", "serve", "server_then_killed", "wait_until"]
 
 
 def wait_until(
@@ -67,3 +69,19 @@ def server() -> Iterator[ServerThread]:
     """FakeEnvironment sessions with the default grace period."""
     with serve() as live:
         yield live
+
+
+@contextlib.contextmanager
+def server_then_killed() -> Iterator[str]:
+    """The URL of a fake-env ``openenv-ws serve`` subprocess, SIGKILLed when the block ends.
+
+    Gone without a word: no close frames, and nothing listens on its port any more.
+    """
+    cmd = [sys.executable, "-m", "openenv_ws", "serve", "--env", "fake", "--port", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip().rsplit(" ", 1)[-1]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10 * UNIT)

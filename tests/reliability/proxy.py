@@ -119,6 +119,15 @@ class CutProxy:
         with self._lock:
             self._armed = "reply"
 
+    def arm(self, how: str) -> None:
+        """Cut now (``"between"`` requests) or at the next ``"request"`` or ``"reply"``."""
+        if how == "between":
+            self.cut()
+        elif how == "request":
+            self.drop_next_request()
+        else:
+            self.swallow_next_reply()
+
     def close(self) -> None:
         self._listener.close()
         self.cut()

@@ -10,8 +10,6 @@ actions: no step lost, none applied twice.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +24,7 @@ from openenv_ws.client._ws import BlockingWebSocket
 from openenv_ws.protocol import Open, Opened, Reset, Result, Step, decode_server_frame, encode
 from openenv_ws.testing import FakeEnvironment
 
-from .conftest import UNIT, serve, wait_until
+from .conftest import UNIT, serve, server_then_killed, wait_until
 from .proxy import CutProxy
 
 CONFIG = {"episode_length": 1000, "obs_shape": [8, 8]}
@@ -47,20 +45,11 @@ def outcome(r: Any) -> tuple[Any, ...]:
     return (np.asarray(obs).tobytes(), r.reward, r.terminated, r.truncated, r.info.get("step"))
 
 
-def arm(proxy: CutProxy, how: str) -> None:
-    if how == "between":
-        proxy.cut()
-    elif how == "request":
-        proxy.drop_next_request()
-    else:
-        proxy.swallow_next_reply()
-
-
 def play(env: EnvClient[Any], proxy: CutProxy, seed: int) -> list[tuple[Any, ...]]:
     out = [outcome(env.reset(seed=seed, episode_id=f"episode-{seed}"))]
     for t, action in enumerate(ACTIONS):
         if t in CUTS:
-            arm(proxy, CUTS[t])
+            proxy.arm(CUTS[t])
         out.append(outcome(env.step(action)))
         if CUTS.get(t) in ("request", "reply"):
             assert proxy.timed_cut.is_set(), "the timed cut did not happen"
@@ -91,7 +80,7 @@ async def test_async_client_resumes_through_cuts_with_identical_results() -> Non
             out = [outcome(await env.reset(seed=7))]
             for t, action in enumerate(ACTIONS):
                 if t in CUTS:
-                    arm(proxy, CUTS[t])
+                    proxy.arm(CUTS[t])
                 out.append(outcome(await env.step(action)))
             assert (await env.state())["step_count"] == len(ACTIONS)
         assert out == reference(7)
@@ -130,7 +119,7 @@ def test_atari_episode_continues_the_same_game_after_cuts() -> None:
 
             def remote_step(t: int) -> Any:
                 if t in cuts:
-                    arm(proxy, cuts[t])
+                    proxy.arm(cuts[t])
                 r = env.step(actions[t])
                 return r.observation.screen, r.reward, r.done
 
@@ -187,16 +176,9 @@ def test_no_resume_when_the_server_keeps_no_sessions() -> None:
 
 
 def test_resume_fails_fast_when_the_server_is_gone() -> None:
-    cmd = [sys.executable, "-m", "openenv_ws", "serve", "--env", "fake", "--port", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip().rsplit(" ", 1)[-1]
+    with server_then_killed() as url:
         env = EnvClient(url, config=CONFIG)
         env.reset(seed=1)
-    finally:
-        proc.kill()  # gone without a word: no close frame, nothing listens any more
-        proc.communicate(timeout=10 * UNIT)
     start = time.monotonic()
     with pytest.raises(SessionClosed) as info:
         env.step(0)  # the reconnection is refused: given up after a second, not 30 s

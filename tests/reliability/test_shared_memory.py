@@ -213,16 +213,21 @@ def test_a_resumed_session_keeps_using_shared_memory() -> None:
 def test_vector_sessions_use_shared_memory_and_match_in_process() -> None:
     n = 3
     locals_ = [FakeEnvironment(BIG) for _ in range(n)]
-    with serve() as server, VectorEnvClient(server.url, n, config=BIG) as envs:
-        assert all(core.shared is not None and core.shared.fd == -1 for core in envs._cores)
-        obs, _ = envs.reset(seed=[1, 2, 3])
-        for i, env in enumerate(locals_):
-            np.testing.assert_array_equal(obs[i], env.reset(seed=i + 1).obs)
-        for t in range(5):
-            actions = np.array([(t + i) % 4 for i in range(n)])
-            obs, *_ = envs.step(actions)
+    with serve() as server:
+        # Without resumption no later connection offers a region: the descriptors go.
+        with VectorEnvClient(server.url, n, config=BIG, resume=False) as envs:
+            assert all(core.shared is not None and core.shared.fd == -1 for core in envs._cores)
+        with VectorEnvClient(server.url, n, config=BIG) as envs:
+            # Kept for a resumed session's new connection to offer again.
+            assert all(core.shared is not None and core.shared.fd >= 0 for core in envs._cores)
+            obs, _ = envs.reset(seed=[1, 2, 3])
             for i, env in enumerate(locals_):
-                np.testing.assert_array_equal(obs[i], env.step(int(actions[i])).obs)
+                np.testing.assert_array_equal(obs[i], env.reset(seed=i + 1).obs)
+            for t in range(5):
+                actions = np.array([(t + i) % 4 for i in range(n)])
+                obs, *_ = envs.step(actions)
+                for i, env in enumerate(locals_):
+                    np.testing.assert_array_equal(obs[i], env.step(int(actions[i])).obs)
     assert _mapped_regions() == 0
 
 
