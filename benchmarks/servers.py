@@ -49,6 +49,20 @@ def our_server(placement: Placement, args: Sequence[str] = ()) -> Iterator[Local
         yield server
 
 
+def settle(server: LocalServerProvider, timeout: float = 15.0) -> None:
+    """Wait until `server`'s warm pool is full again (no ROM load running in the background).
+
+    A refill loads ROMs on the server's core; an in-process reference measured
+    meanwhile on the same core would be slowed by it.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pool = (server.health() or {}).get("pool")
+        if pool is None or pool["ready"] >= pool["size"] * pool["configs"]:
+            return
+        time.sleep(0.05)
+
+
 @functools.cache
 def _serve_help() -> str:
     return subprocess.run(

@@ -19,7 +19,7 @@ from ..measure import (
     time_steps,
     time_steps_async,
 )
-from ..servers import our_server
+from ..servers import our_server, settle
 from ..suite import Column, Context, Section, scenario
 
 __all__ = ["KEY_COLUMNS", "LATENCY_COLUMNS", "PERCENTILE_COLUMNS", "compare_row", "remote_steps"]
@@ -128,6 +128,7 @@ def _one_placement(
         for work in works:
             base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
             ctx.progress.phase(f"in-process {work.label()} [{placement.name}]")
+            settle(server)
             ref_samples = best_of(opts.rounds, partial(inprocess_steps, work))
             reference = latency_row(ref_samples)
             section.add(**base, path="in-process", **reference, vs_inprocess=1.0, overhead_us=0.0)

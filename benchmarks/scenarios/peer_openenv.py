@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from openenv_ws.providers import LocalServerProvider
+
 from ..measure import (
     Placement,
     Workload,
@@ -18,7 +20,7 @@ from ..measure import (
     time_steps,
     time_steps_async,
 )
-from ..servers import PeerServer, PeerUnavailable, our_server, serve_supports
+from ..servers import PeerServer, PeerUnavailable, our_server, serve_supports, settle
 from ..suite import Column, Context, Section, scenario
 from .latency import KEY_COLUMNS, PERCENTILE_COLUMNS, sync_steps
 
@@ -114,7 +116,7 @@ def run(ctx: Context) -> Section:
             for work in works:
                 # The plot gets one latency line per path: the first placement's.
                 keep = placement is placements[0]
-                _one_workload(ctx, section, placement, work, server.url, version, keep)
+                _one_workload(ctx, section, placement, work, server, version, keep)
     section.notes.append(
         f"OpenEnv: openenv-core {version or '(not installed)'} server (`create_app`, uvicorn "
         "defaults) and clients; its Atari environment is not published on PyPI, so "
@@ -137,15 +139,16 @@ def _one_workload(
     section: Section,
     placement: Placement,
     work: Workload,
-    url: str,
+    server: LocalServerProvider,
     version: str | None,
     keep_samples: bool,
 ) -> None:
     base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
     ctx.progress.phase(f"in-process {work.label()}")
+    settle(server)
     reference = latency_row(inprocess_steps(work))
     ctx.progress.phase(f"openenv-ws sync {work.label()}")
-    ours = latency_row(sync_steps(url, work))
+    ours = latency_row(sync_steps(server.url, work))
 
     def add(path: str, stats: dict[str, float] | None, steps: int, note: str = "") -> None:
         row = {**base, "path": path, "steps": steps, "note": note}
