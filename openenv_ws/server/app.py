@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -33,6 +34,8 @@ __all__ = ["ServerLimits", "SessionRegistry", "create_app"]
 SHM_HEADER_BYTES = SHM_HEADER.encode()
 
 logger = logging.getLogger("openenv_ws.server")
+#: Seconds between two metrics snapshots a worker publishes for the others' /metrics.
+METRICS_PUBLISH_INTERVAL = 1.0
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -226,15 +229,31 @@ def create_app(
             body.update(workers.health())
         return JSONResponse(body)
 
+    metrics = supervisor.metrics
+    if workers is not None:
+        board = workers
+        metrics.peers = board.other_metrics
+        metrics.worker = lambda: board.index
+
+    async def publish_metrics(board: WorkerBoard) -> None:
+        while True:
+            board.publish_metrics(metrics.snapshot())
+            await asyncio.sleep(METRICS_PUBLISH_INTERVAL)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         http_sessions.start()
         if pool is not None:
             pool.start()
+        publisher = None
+        if workers is not None:
+            publisher = asyncio.get_running_loop().create_task(publish_metrics(workers))
         try:
             async with supervisor.lifespan(app):
                 yield
         finally:
+            if publisher is not None:
+                publisher.cancel()
             await http_sessions.aclose()
             if pool is not None:
                 pool.close()
@@ -245,7 +264,7 @@ def create_app(
             SessionEndpoint(supervisor, openenv=openenv),
         ),
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", supervisor.metrics.endpoint, methods=["GET"]),
+        Route("/metrics", metrics.endpoint, methods=["GET"]),
         *http_routes(http_sessions),
         *openenv.routes(),
     ]

@@ -7,8 +7,13 @@ turned into Prometheus families when ``/metrics`` is scraped, by a custom
 collector; gauges (sessions, connections) are read from the server's live
 state at that moment, so they cost nothing in between.
 
-Metrics are per process: behind several worker processes, each worker
-answers for itself (its ``pid`` is in ``/health``).
+Behind several worker processes (``serve --workers N``) each worker
+publishes a snapshot of its counts once a second (see
+:class:`~openenv_ws.server.workers.WorkerBoard`), and whichever worker answers
+``/metrics`` adds the others' last snapshots to its own live counts: the
+``openenv_ws_*`` series are the whole server's (``openenv_ws_workers`` says
+how many processes they cover), at most a second behind for the other
+workers. The ``openenv_ws_process_*`` series are the answering worker's.
 """
 
 from __future__ import annotations
@@ -75,11 +80,16 @@ class LatencyHistogram:
     def count(self) -> int:
         return sum(self.counts)
 
-    def cumulative(self) -> list[tuple[str, float]]:
-        """Buckets as Prometheus wants them: ``(le, observations <= le)``, +Inf last."""
+    def cumulative(self, counts: list[int] | None = None) -> list[tuple[str, float]]:
+        """Buckets as Prometheus wants them: ``(le, observations <= le)``, +Inf last.
+
+        `counts`: per-bucket counts to use instead of this histogram's own
+        (e.g. several processes' added up).
+        """
         out: list[tuple[str, float]] = []
         running = 0
-        for bound, n in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
+        own = self.counts if counts is None else counts
+        for bound, n in zip((*map(repr, self.bounds), "+Inf"), own, strict=True):
             running += n
             out.append((bound, running))
         return out
@@ -100,6 +110,10 @@ class ServerMetrics:
         self.errors: dict[str, int] = dict.fromkeys(ERRORS, 0)
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._gauges = gauges or dict
+        #: The other worker processes' last snapshots (see :meth:`snapshot`), if any.
+        self.peers: Callable[[], list[dict[str, Any]]] = list
+        #: The index of this worker process (None: the only process).
+        self.worker: Callable[[], int | None] = lambda: None
         self.registry = CollectorRegistry()
         self.registry.register(_Collector(self))
         ProcessCollector(namespace="openenv_ws", registry=self.registry)
@@ -111,6 +125,37 @@ class ServerMetrics:
     def count(self, name: str, n: int = 1) -> None:
         """Add to a named counter (exposed as ``openenv_ws_<name>_total``)."""
         self.counters[name] = self.counters.get(name, 0) + n
+
+    def snapshot(self) -> dict[str, Any]:
+        """This process's counts and gauges, as plain values (for the other workers)."""
+        hist = self.step_seconds
+        return {
+            "counters": dict(self.counters),
+            "errors": dict(self.errors),
+            "gauges": dict(self._gauges()),
+            "step_counts": list(hist.counts),
+            "step_sum": hist.total,
+        }
+
+    def merged(self) -> dict[str, Any]:
+        """:meth:`snapshot` added up with the other workers' (``workers``: how many)."""
+        total = self.snapshot()
+        peers = self.peers()
+        for peer in peers:
+            for key in ("counters", "errors", "gauges"):
+                mine = total[key]
+                for name, value in peer.get(key, {}).items():
+                    if name == "draining":  # any worker draining
+                        mine[name] = max(mine.get(name, 0), value)
+                    else:
+                        mine[name] = mine.get(name, 0) + value
+            counts = peer.get("step_counts", [])
+            if len(counts) == len(total["step_counts"]):
+                pairs = zip(total["step_counts"], counts, strict=True)
+                total["step_counts"] = [a + b for a, b in pairs]
+                total["step_sum"] += peer.get("step_sum", 0.0)
+        total["workers"] = 1 + len(peers)
+        return total
 
     def text(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -133,6 +178,8 @@ _HELP = {
     "sessions_expired": "Parked sessions closed because their grace period ran out.",
     "idle_closed": "Connections closed by the idle timeout.",
     "replayed": "Requests answered from the reply cache after a resume.",
+    "workers": "Server processes these metrics add up (1, or the --workers count).",
+    "worker": "Index of the worker process that answered this scrape (0 without --workers).",
 }
 
 
@@ -142,10 +189,16 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         m = self._m
-        values: dict[str, Any] = {**m.counters, **m._gauges()}
+        snap = m.merged()
+        values: dict[str, Any] = {
+            **snap["counters"],
+            **snap["gauges"],
+            "workers": snap["workers"],
+            "worker": m.worker() or 0,
+        }
         for name, value in sorted(values.items()):
             doc = _HELP.get(name.removesuffix("_total"), name.replace("_", " "))
-            if name.endswith("_total") or name in m.counters:
+            if name.endswith("_total") or name in snap["counters"]:
                 yield CounterMetricFamily(
                     f"openenv_ws_{name.removesuffix('_total')}", doc, value=value
                 )
@@ -154,13 +207,12 @@ class _Collector:
         errors = CounterMetricFamily(
             "openenv_ws_errors", "Error frames sent, by error code.", labels=["code"]
         )
-        for code, n in sorted(m.errors.items()):
+        for code, n in sorted(snap["errors"].items()):
             errors.add_metric([code], n)
         yield errors
-        hist = m.step_seconds
         yield HistogramMetricFamily(
             "openenv_ws_step_seconds",
             "Server time to serve one step request (decode, environment step, encode).",
-            buckets=hist.cumulative(),
-            sum_value=hist.total,
+            buckets=m.step_seconds.cumulative(snap["step_counts"]),
+            sum_value=snap["step_sum"],
         )

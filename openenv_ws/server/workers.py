@@ -14,7 +14,9 @@ all workers are gone. Workers die with the parent (``PR_SET_PDEATHSIG``).
 :class:`WorkerBoard` is a small shared-memory table, one slot per worker,
 where each worker publishes its session counts whenever they change; any
 worker's ``/health`` reads every slot, so the totals are right whichever
-worker answers.
+worker answers. Each worker also publishes a snapshot of its Prometheus
+metrics there once a second, so that ``/metrics`` gives the whole server's
+counts whichever worker answers (see :mod:`openenv_ws.server.metrics`).
 """
 
 from __future__ import annotations
@@ -32,11 +34,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
+
 __all__ = ["WorkerBoard", "reserve_port", "run_workers"]
 
 logger = logging.getLogger("openenv_ws.server.workers")
 
 _SLOT = struct.Struct("<qqq")  # pid, sessions, opened_total
+# A metrics snapshot: sequence number (odd while being written), length, MessagePack bytes.
+_METRICS_HEAD = struct.Struct("<qq")
+_METRICS_SLOT = 16 << 10
 _RESTART_DELAY = 0.5
 
 
@@ -52,8 +59,9 @@ class WorkerBoard:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.workers = workers
         self.index: int | None = None
-        # Anonymous shared mapping: forked children see the same pages.
+        # Anonymous shared mappings: forked children see the same pages.
         self._mem = mmap.mmap(-1, _SLOT.size * workers)
+        self._metrics = mmap.mmap(-1, _METRICS_SLOT * workers)
 
     def publish(self, sessions: int, opened_total: int) -> None:
         """Record this worker's counts (a no-op outside a worker)."""
@@ -81,6 +89,45 @@ class WorkerBoard:
     def clear(self, index: int) -> None:
         """Zero a dead worker's slot (done by the parent before restarting it)."""
         _SLOT.pack_into(self._mem, index * _SLOT.size, 0, 0, 0)
+        _METRICS_HEAD.pack_into(self._metrics, index * _METRICS_SLOT, 0, 0)
+
+    def publish_metrics(self, snapshot: dict[str, Any]) -> None:
+        """Record this worker's metrics snapshot (a no-op outside a worker).
+
+        Raises:
+            ValueError: the snapshot does not fit in a slot (16 KiB).
+        """
+        if self.index is None:
+            return
+        data = msgpack.packb(snapshot)
+        base = self.index * _METRICS_SLOT
+        if len(data) > _METRICS_SLOT - _METRICS_HEAD.size:
+            raise ValueError(f"a metrics snapshot of {len(data)} bytes does not fit a slot")
+        seq = _METRICS_HEAD.unpack_from(self._metrics, base)[0]
+        # Odd while writing: a reader that sees it (or a change) reads again.
+        _METRICS_HEAD.pack_into(self._metrics, base, seq + 1, len(data))
+        start = base + _METRICS_HEAD.size
+        self._metrics[start : start + len(data)] = data
+        _METRICS_HEAD.pack_into(self._metrics, base, seq + 2, len(data))
+
+    def other_metrics(self) -> list[dict[str, Any]]:
+        """The last metrics snapshot of every other worker that published one."""
+        out = []
+        for i in range(self.workers):
+            if i == self.index:
+                continue
+            base = i * _METRICS_SLOT
+            for _ in range(100):
+                seq, size = _METRICS_HEAD.unpack_from(self._metrics, base)
+                start = base + _METRICS_HEAD.size
+                data = bytes(self._metrics[start : start + size])
+                if seq % 2 == 0 and _METRICS_HEAD.unpack_from(self._metrics, base)[0] == seq:
+                    break
+            else:
+                continue  # a worker stuck mid-write: left out of this scrape
+            if seq:
+                out.append(msgpack.unpackb(data))
+        return out
 
 
 def _reuseport_socket(host: str, port: int) -> socket.socket:
