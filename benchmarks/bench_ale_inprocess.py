@@ -44,6 +44,7 @@ import numpy as np
 from ale_py import roms
 
 from atari import AtariEnvironment
+from benchmarks.measure import n_actions
 
 #: (prepare, run): ``prepare`` seeds a fresh episode untimed; ``run`` plays the actions.
 Runner = tuple[Callable[[], None], Callable[[list[int]], None]]
@@ -58,6 +59,8 @@ def _raw(game: str, obs_type: str, ale_seed: int, *, full: bool) -> Runner:
     ale.setFloat("repeat_action_probability", 0.25)
     ale.setInt("max_num_frames_per_episode", 108_000)
     rom = roms.get_rom_path(game)
+    if rom is None:
+        raise ValueError(f"ale-py ships no ROM for {game!r}")
 
     def prepare() -> None:
         ale.setInt("random_seed", _signed(ale_seed))
@@ -100,7 +103,10 @@ def _ours(env: AtariEnvironment, seed: int, *, obs: bool) -> Runner:
             if step(i, obs=obs).done:
                 env.reset()
 
-    return lambda: env.reset(seed=seed) and None, run
+    def prepare() -> None:
+        env.reset(seed=seed)
+
+    return prepare, run
 
 
 def _gym_env(game: str, obs_type: str) -> Any:
@@ -124,7 +130,10 @@ def _gym(game: str, obs_type: str, seed: int) -> Runner | None:
             if terminated or truncated:
                 env.reset()
 
-    return lambda: env.reset(seed=seed) and None, run
+    def prepare() -> None:
+        env.reset(seed=seed)
+
+    return prepare, run
 
 
 def _idle_overhead(game: str, calls: int, rounds: int) -> dict[str, float]:
@@ -257,7 +266,7 @@ def main() -> None:
     seed = 2024
     env = AtariEnvironment({"game": args.game, "obs_type": args.obs_type})
     ale_seed = env.reset(seed=seed).info["seeds"][1]
-    n = env.spec.action.n
+    n = n_actions(env.spec.action)
     indices = np.random.default_rng(0).integers(n, size=args.steps).tolist()
 
     contenders: dict[str, Runner] = {

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from atari import AtariEnvironment
+from benchmarks.measure import n_actions
 from openenv_ws.client import EnvClient, HTTPEnvClient
 from openenv_ws.providers import LocalServerProvider
 
@@ -110,8 +111,8 @@ def main() -> None:
     args = parser.parse_args()
 
     config = {"game": args.game, "obs_type": args.obs_type}
-    n_actions = AtariEnvironment(config).spec.action.n
-    actions = np.random.default_rng(args.seed).integers(0, n_actions, args.steps)
+    count = n_actions(AtariEnvironment(config).spec.action)
+    actions = np.random.default_rng(args.seed).integers(0, count, args.steps)
     seed = args.seed
     with_openenv = not args.no_openenv
     if with_openenv:

@@ -21,6 +21,7 @@ import numpy as np
 import psutil
 
 from atari import AtariEnvironment
+from benchmarks.measure import n_actions
 from openenv_ws.client.vector import VectorEnvClient
 from openenv_ws.providers import LocalServerProvider
 
@@ -56,7 +57,7 @@ def emulator_size(config: dict[str, Any], n: int = 50) -> float:
     size = (me.memory_info().rss - before) / n
     for env in envs:
         env.close()
-    return size
+    return float(size)
 
 
 def main() -> None:
@@ -86,7 +87,7 @@ def main() -> None:
             rng = np.random.default_rng(0)
             stepped = 0
             for _ in range(args.steps):
-                infos = envs.step(rng.integers(0, envs.spec.action.n, n))[4]
+                infos = envs.step(rng.integers(0, n_actions(envs.spec.action), n))[4]
                 frames = np.maximum(frames, infos["frame_number"])
                 stepped += n
             elapsed = time.perf_counter() - start

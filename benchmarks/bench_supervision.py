@@ -33,7 +33,7 @@ if __name__ == "__main__":
 
 from prometheus_client import CollectorRegistry, Histogram
 
-from openenv_ws.protocol import Open, Reset, Step, encode
+from openenv_ws.protocol import ClientFrame, Open, Reset, Step, encode
 from openenv_ws.server import ServerLimits, ServerSession, SessionRegistry
 from openenv_ws.server.metrics import STEP_BUCKETS, LatencyHistogram
 from openenv_ws.server.reliability import Link, SupervisedSession, Supervisor
@@ -44,7 +44,7 @@ CONFIG = {"episode_length": 10**9, "obs_shape": [4, 4]}
 
 
 def messages(steps: int) -> list[Message]:
-    frames = [Open(id=1, config=CONFIG), Reset(id=2, seed=0)]
+    frames: list[ClientFrame] = [Open(id=1, config=CONFIG), Reset(id=2, seed=0)]
     frames += [Step(id=3 + i, action=i % 4) for i in range(steps)]
     out: list[Message] = [{"type": "websocket.receive", "bytes": encode(f)} for f in frames]
     out.append({"type": "websocket.disconnect", "code": 1000})

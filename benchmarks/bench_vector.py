@@ -23,7 +23,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import numpy as np
 import psutil
 
 from atari import AtariEnvironment
+from benchmarks.measure import n_actions
 from openenv_ws.client.vector import VectorEnvClient
 from openenv_ws.providers import LocalServerProvider
 
@@ -46,7 +47,7 @@ def inprocess(config: dict[str, Any], n_envs: int, steps: int, seed: int) -> tup
         envs = [AtariEnvironment(config) for _ in range(n_envs)]
         for i, env in enumerate(envs):
             env.reset(seed=seed + i)
-        n = envs[0].spec.action.n
+        n = n_actions(envs[0].spec.action)
         actions = np.random.default_rng(seed).integers(0, n, steps).tolist()
         start, cpu = time.perf_counter(), time.process_time()
         for t, action in enumerate(actions):
@@ -75,7 +76,7 @@ def pipelined(
     seconds per step, and the mean batch size."""
     with VectorEnvClient(url, n_envs, config=config, copy=False, busy_poll=busy_poll) as envs:
         envs.reset(seed=seed)
-        n = envs.spec.action.n
+        n = n_actions(envs.spec.action)
         rng = np.random.default_rng(seed)
         envs.send(rng.integers(0, n, n_envs))
         done = batches = 0
@@ -158,7 +159,7 @@ def main() -> None:
             os.sched_setaffinity(process.pid, {SERVER_CORE})
         os.sched_setaffinity(0, {CLIENT_CORE})
         for _ in range(args.rounds):
-            runs = {
+            runs: dict[str, Callable[[], tuple[float, float]]] = {
                 "in-process, 1 env": lambda: inprocess(config, 1, args.steps, args.seed),
                 f"in-process, {args.envs} envs round-robin": lambda: inprocess(
                     config, args.envs, args.steps, args.seed

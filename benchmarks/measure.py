@@ -17,12 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from openenv_ws.environment import DiscreteSpec
+
 __all__ = [
     "Placement",
     "Workload",
     "cpu_model",
     "inprocess_steps",
     "latency_row",
+    "n_actions",
     "pin_process",
     "rss_bytes",
     "time_steps",
@@ -245,3 +248,10 @@ def cpu_model() -> str:
     import platform
 
     return platform.processor() or "unknown CPU"
+
+
+def n_actions(action: object) -> int:
+    """The number of actions of a session's action spec (the benchmarks play discrete games)."""
+    if not isinstance(action, DiscreteSpec):
+        raise ValueError(f"the benchmarks play discrete actions, not {action}")
+    return action.n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -80,7 +81,7 @@ def async_steps(url: str, work: Workload) -> np.ndarray[Any, Any]:
 #: client name -> how it plays a workload against a server URL. On this host the
 #: clients get observations through shared memory; "sync-socket" is the sync
 #: client with every byte through the socket, as for a remote server.
-CLIENTS = {
+CLIENTS: dict[str, Callable[[str, Workload], np.ndarray[Any, Any]]] = {
     "sync": sync_steps,
     "sync-socket": partial(sync_steps, shared_memory=False),
     "async": async_steps,
