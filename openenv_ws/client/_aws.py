@@ -111,20 +111,16 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
-        if self._head is not None:
+        head = self._head
+        if head is None:
+            self._parse()
+        elif not head.done():  # else: frames after the answer wait until it is checked
             end = self._buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self._buf) > _MAX_HEAD:
-                    self._head.set_exception(
-                        ProtocolError("the handshake answer headers exceed 64 KiB")
-                    )
-                    self._head = None
-                return
-            if not self._head.done():
-                self._head.set_result(bytes(self._buf[:end]).decode("latin-1"))
-            del self._buf[: end + 4]
-            return  # the rest is parsed once the answer is checked
-        self._parse()
+            if end >= 0:
+                head.set_result(bytes(self._buf[:end]).decode("latin-1"))
+                del self._buf[: end + 4]
+            elif len(self._buf) > _MAX_HEAD:
+                head.set_exception(ProtocolError("the handshake answer headers exceed 64 KiB"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head is not None and not self._head.done():

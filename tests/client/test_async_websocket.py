@@ -211,3 +211,31 @@ async def test_connection_dropped_during_handshake(raw_server) -> None:  # type:
 
     with pytest.raises(ServerUnavailable, match="during the handshake"):
         await AsyncWebSocket.connect(await raw_server(script))
+
+
+async def test_frames_right_behind_the_answer_are_kept_whole(raw_server) -> None:  # type: ignore[no-untyped-def]
+    tricky = b"\r\n\r\n looks like the end of an HTTP head"
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(accept(await reader.readuntil(b"\r\n\r\n")))
+        for i in range(20):  # separate writes, before the client has checked the answer
+            writer.write(frame(2, tricky + bytes([i])))
+        await writer.drain()
+        await reader.read()
+
+    ws = await AsyncWebSocket.connect(await raw_server(script))
+    assert [await ws.recv() for _ in range(20)] == [tricky + bytes([i]) for i in range(20)]
+    await ws.close(timeout=1)
+
+
+async def test_an_endless_handshake_answer_is_refused(raw_server) -> None:  # type: ignore[no-untyped-def]
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\n")
+        for i in range(2000):
+            writer.write(f"X-Filler-{i}: {'y' * 40}\r\n".encode())
+        await writer.drain()
+        await reader.read()
+
+    with pytest.raises(ProtocolError, match="exceed 64 KiB"):
+        await asyncio.wait_for(AsyncWebSocket.connect(await raw_server(script)), 10)
