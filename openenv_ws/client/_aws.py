@@ -14,7 +14,7 @@ import asyncio
 import collections
 import ssl
 from collections.abc import Mapping
-from typing import cast
+from typing import NoReturn, cast
 
 from ..errors import ProtocolError, ServerUnavailable, SessionClosed
 from ._ws import (
@@ -215,7 +215,7 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         if message is not None:
             self._messages.append(bytes(message))
 
-    def _fail(self, code: int, reason: str) -> None:
+    def _fail(self, code: int, reason: str) -> NoReturn:
         """Close with `code` for a violation by the server; the waiting request gets it."""
         self.close_code = code
         self._write(frame_bytes(_OP_CLOSE, close_payload(code, reason[:120])))

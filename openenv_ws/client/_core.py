@@ -247,6 +247,11 @@ class SessionFacts:
         assert self._core.session_id is not None, "the session is not open yet"
         return self._core.session_id
 
+    @property
+    def shared_memory_used(self) -> bool:
+        """True when the server writes observations into shared memory (same host)."""
+        return self._core.shared is not None
+
 
 C = TypeVar("C")
 

@@ -18,7 +18,7 @@ import ssl
 import struct
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import SplitResult, urlsplit
 
 from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
@@ -464,7 +464,7 @@ class BlockingWebSocket(ConnectionFacts):
         self._abort()
         raise SessionClosed(code, reason)
 
-    def _fail(self, code: int, reason: str) -> None:
+    def _fail(self, code: int, reason: str) -> NoReturn:
         self.close(code, reason[:120])
         raise ProtocolError(reason)
 

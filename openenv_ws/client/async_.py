@@ -97,11 +97,6 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
             self._core.release()
             raise
 
-    @property
-    def shared_memory_used(self) -> bool:
-        """True when the server writes observations into shared memory (same host)."""
-        return self._core.shared is not None
-
     async def _connect(self, open_timeout: float | None) -> AsyncWebSocket:
         try:
             async with asyncio.timeout(open_timeout):

@@ -137,11 +137,6 @@ class EnvClient(SessionFacts, Generic[ObsT]):
     def closed(self) -> bool:
         return self._ws is None or self._ws.closed
 
-    @property
-    def shared_memory_used(self) -> bool:
-        """True when the server writes observations into shared memory (same host)."""
-        return self._core.shared is not None
-
     # ------------------------------------------------------------------ requests
 
     def _connect(self, open_timeout: float | None) -> BlockingWebSocket:
@@ -155,13 +150,6 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
         return ws
 
-    def _reply(self, ws: BlockingWebSocket, rid: int, timeout: float | None) -> ServerFrame:
-        decode, is_reply = self._core.decode, self._core.is_reply
-        while True:
-            reply = ws.recv(decode, timeout=timeout)
-            if is_reply(rid, reply):
-                return reply
-
     def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
         return self._send_request(encode(frame), frame.id, timeout)
 
@@ -171,7 +159,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             raise self._closed_error()
         try:
             ws.send(data)
-            reply = self._reply(ws, rid, timeout)
+            reply = reply_to(ws, self._core, rid, timeout)
         except SessionClosed as exc:
             if self._core.closed_error is not None:
                 raise self._core.closed_error from None
@@ -190,13 +178,13 @@ class EnvClient(SessionFacts, Generic[ObsT]):
                 try:
                     frame = attempt.open_frame()
                     ws.send(encode(frame))
-                    attempt.opened(self._reply(ws, frame.id, self.open_timeout))
+                    attempt.opened(reply_to(ws, self._core, frame.id, self.open_timeout))
                 except BaseException:
                     ws.close(timeout=0.1)
                     raise
                 self._ws = ws
                 ws.send(data)
-                return self._reply(ws, rid, timeout)
+                return reply_to(ws, self._core, rid, timeout)
             except OpenEnvError as exc:
                 time.sleep(attempt.retry_after(exc))
 
@@ -297,3 +285,14 @@ class EnvClient(SessionFacts, Generic[ObsT]):
     def _state_from_wire(self, state: dict[str, Any]) -> Any:
         """Turn a ``state`` map into the client's state type."""
         return state
+
+
+def reply_to(
+    ws: BlockingWebSocket, core: ClientCore, rid: int, timeout: float | None
+) -> ServerFrame:
+    """The answer to request `rid` on `ws`, skipping late replies to earlier requests."""
+    decode, is_reply = core.decode, core.is_reply
+    while True:
+        reply = ws.recv(decode, timeout=timeout)
+        if is_reply(rid, reply):
+            return reply

@@ -41,10 +41,11 @@ from ..errors import (
     RequestTimeout,
     SessionClosed,
 )
-from ..protocol import Close, Error, Reset, Result, ServerFrame, Step, encode
+from ..protocol import Close, Error, Reset, Result, encode, encode_step
 from ._core import DEFAULT, ClientCore
 from ._resume import Resumption, can_resume
 from ._ws import NOT_READY, BlockingWebSocket, normalize_url
+from .sync import reply_to
 
 __all__ = ["AUTORESET_MODES", "VectorEnvClient"]
 
@@ -352,7 +353,7 @@ class VectorEnvClient:
                 self._send_reset(i, None, {}, _AUTORESET)
                 continue
             rid = self._cores[i].next_id()
-            self._transmit(i, rid, _step_bytes(rid, action), _STEP)
+            self._transmit(i, rid, encode_step(rid, action), _STEP)
 
     def recv(
         self,
@@ -436,38 +437,43 @@ class VectorEnvClient:
             return core.closed_error
         if not (self.resume_timeout > 0 and can_resume(core, cause)):
             return cause
-        url = self.urls[i]
-        logger.info("env %d: connection to %s dropped (%s); resuming", i, url, cause.reason)
-        attempt = Resumption(core, url, cause, self.resume_timeout)
-        while True:
-            try:
-                ws = BlockingWebSocket(
-                    url,
-                    open_timeout=attempt.connect_timeout(self.open_timeout),
-                    headers=core.headers(),
-                    max_size=core.max_frame_size,
-                )
-            except OpenEnvError as exc:
-                error = _retry(attempt, exc)
-                if error is not None:
-                    return error
-                continue
-            try:
-                core.handshake_answered(ws.response_headers, keep_descriptor=True)
-                frame = attempt.open_frame()
-                ws.send(encode(frame))
-                attempt.opened(_reply(ws, core, frame.id, attempt.connect_timeout(None)))
-                if self._awaiting[i]:
-                    ws.send(self._requests[i])
-            except OpenEnvError as exc:
-                ws.close(timeout=0.1)
-                error = _retry(attempt, exc)
-                if error is not None:
-                    return error
-                continue
-            self._ws[i] = ws
-            self._register(i, ws)
-            return None
+        logger.info(
+            "env %d: connection to %s dropped (%s); resuming", i, self.urls[i], cause.reason
+        )
+        attempt = Resumption(core, self.urls[i], cause, self.resume_timeout)
+        try:
+            while True:
+                try:
+                    ws = self._reopen(i, attempt)
+                    break
+                except OpenEnvError as exc:
+                    time.sleep(attempt.retry_after(exc))  # raises when it is hopeless
+        except OpenEnvError as final:
+            return final
+        self._ws[i] = ws
+        self._register(i, ws)
+        return None
+
+    def _reopen(self, i: int, attempt: Resumption) -> BlockingWebSocket:
+        """One try: connect, ask for env ``i``'s session back, re-send its request in flight."""
+        core = self._cores[i]
+        ws = BlockingWebSocket(
+            self.urls[i],
+            open_timeout=attempt.connect_timeout(self.open_timeout),
+            headers=core.headers(),
+            max_size=core.max_frame_size,
+        )
+        try:
+            core.handshake_answered(ws.response_headers, keep_descriptor=True)
+            frame = attempt.open_frame()
+            ws.send(encode(frame))
+            attempt.opened(reply_to(ws, core, frame.id, attempt.connect_timeout(None)))
+            if self._awaiting[i]:
+                ws.send(self._requests[i])
+        except BaseException:
+            ws.close(timeout=0.1)
+            raise
+        return ws
 
     def _gather(self, ids: list[int], timeout: float | None) -> list[_Arrival]:
         """Wait until every env in ``ids`` has answered; return their results.
@@ -727,23 +733,6 @@ def _named(i: int, exc: BaseException) -> BaseException:
     return exc
 
 
-def _retry(attempt: Resumption, exc: OpenEnvError) -> OpenEnvError | None:
-    """Wait before the next resume attempt; None, or the error that ends the attempts."""
-    try:
-        time.sleep(attempt.retry_after(exc))
-    except OpenEnvError as final:
-        return final
-    return None
-
-
-def _reply(ws: BlockingWebSocket, core: ClientCore, rid: int, timeout: float) -> ServerFrame:
-    """The answer to request `rid` on `ws`, skipping late replies to earlier requests."""
-    while True:
-        frame = ws.recv(core.decode, timeout=timeout)
-        if core.is_reply(rid, frame):
-            return frame
-
-
 def _left(deadline: float | None) -> float | None:
     if deadline is None:
         return None
@@ -764,10 +753,6 @@ def _seeds(seed: int | Sequence[int | None] | None, ids: list[int], n: int) -> l
     if len(seeds) != len(ids):
         raise ValueError(f"{len(seeds)} seeds for {len(ids)} envs; give one seed per env")
     return [None if s is None else int(s) for s in seeds]
-
-
-def _step_bytes(rid: int, action: Any) -> bytes:
-    return encode(Step(id=rid, action=action))
 
 
 _DTYPES: dict[type, Any] = {int: np.int64, float: np.float64, bool: np.bool_}
