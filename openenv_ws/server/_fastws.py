@@ -19,7 +19,7 @@ over the size limit, closing) and takes the common case itself:
   arrives while the app waits for its next message with nothing queued, the
   handler is called right here, in ``data_received``; it returns the reply
   (and an optional close) or None to have the message queued for the app as
-  usual. No task wake-up, no queue, no read pause a message.
+  usual. No task wake-up, no queue, no read pause per message.
 - **Outgoing**: binary messages are framed here and written header and
   payload together (one ``writelines``, a vectored write), without copying
   the payload.

@@ -207,11 +207,14 @@ def create_app(
         routes and, with `web`, the page's routes (see :mod:`openenv_ws.web`).
     """
     registry = SessionRegistry(limits or ServerLimits())
+    session_factory = pool.factory if pool is not None else env_factory
+    supervisor = Supervisor(session_factory, registry, token=token)
+    metrics = supervisor.metrics
     if workers is not None:
         board = workers
         registry.on_change = lambda r: board.publish(len(r.active), r.opened_total)
-    session_factory = pool.factory if pool is not None else env_factory
-    supervisor = Supervisor(session_factory, registry, token=token)
+        metrics.peers = board.other_metrics
+        metrics.worker = lambda: board.index
     http_sessions = HTTPSessionStore(
         session_factory,
         admit=registry.admit,
@@ -228,12 +231,6 @@ def create_app(
         if workers is not None:
             body.update(workers.health())
         return JSONResponse(body)
-
-    metrics = supervisor.metrics
-    if workers is not None:
-        board = workers
-        metrics.peers = board.other_metrics
-        metrics.worker = lambda: board.index
 
     async def publish_metrics(board: WorkerBoard) -> None:
         while True:
