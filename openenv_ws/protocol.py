@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 import threading
 from collections.abc import Callable, Mapping
@@ -63,6 +64,7 @@ __all__ = [
     "error_code_of",
     "error_frame",
     "frame_fields",
+    "parse_step",
     "server_frame_from_map",
     "shared_ext_hook",
 ]
@@ -402,6 +404,54 @@ def encode_step(rid: int, action: Any, obs: bool = True) -> bytes:
     return encode(Step(id=rid, action=action, obs=obs))
 
 
+_STEP_TAIL = len(_STEP_KEYS[0]) + 1 + len(_STEP_KEYS[1]) + 1
+_RID_WIDTHS = {0xCC: 1, 0xCD: 2, 0xCE: 4}
+
+
+def parse_step(data: bytes) -> tuple[int, int, bool] | None:
+    """``(id, action, obs)`` of a step frame laid out as :func:`encode_step` lays it out,
+    with an action in 0..127; None for any other frame (decode it in full).
+
+    The session's step loop reads its requests this way: the bytes are
+    checked as exactly that MessagePack map, so anything this accepts
+    :func:`decode_client_frame` decodes to the same ``Step``.
+    """
+    prefix = _STEP_LAYOUT.prefix
+    if type(data) is not bytes or not data.startswith(prefix):
+        return None
+    at = len(prefix)
+    if len(data) <= at:
+        return None
+    first = data[at]
+    if first < 0x80:
+        rid = first
+        at += 1
+    else:
+        width = _RID_WIDTHS.get(first)
+        if width is None:
+            return None
+        rid = int.from_bytes(data[at + 1 : at + 1 + width], "big")
+        at += 1 + width
+    k_action, k_obs = _STEP_KEYS
+    split = at + len(k_action)
+    if (
+        len(data) != at + _STEP_TAIL
+        or data[at:split] != k_action
+        or data[split] >= 0x80
+        or data[split + 1 : -1] != k_obs
+        or data[-1] not in (0xC2, 0xC3)
+    ):
+        return None
+    return rid, data[split], data[-1] == 0xC3
+
+
+@functools.lru_cache(maxsize=64)
+def _packed_shared(arr: SharedArray) -> bytes:
+    # A session names one of the same two arrays on every step.
+    packed: bytes = msgpack.packb(arr.ext())
+    return packed
+
+
 def encode_result(
     rid: int,
     obs: Any,
@@ -428,7 +478,7 @@ def encode_result(
         data: bytes | memoryview
         try:
             if kind is SharedArray:
-                head, data = pack(obs.ext()), b""
+                head, data = _packed_shared(obs), b""
             elif kind is np.ndarray:
                 head, data = array_ext_parts(obs)
             elif obs is None:

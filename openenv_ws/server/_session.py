@@ -37,6 +37,7 @@ from ..protocol import (
     encode,
     encode_result,
     error_frame,
+    parse_step,
 )
 
 __all__ = ["CloseRequest", "ServerSession"]
@@ -109,21 +110,34 @@ class ServerSession:
 
     def handle(self, data: bytes) -> tuple[bytes, CloseRequest | None]:
         """Serve one request frame; return the encoded reply and an optional close."""
+        machine = self.machine
+        # The step loop: a plain step of a running episode is read without a full decode.
+        step = (
+            parse_step(data)
+            if machine.state is SessionState.RUNNING and len(data) <= self._max_frame_size
+            else None
+        )
+        if step is None:
+            try:
+                frame = decode_client_frame(data, max_frame_size=self._max_frame_size)
+            except ProtocolError as exc:
+                return self._error(getattr(exc, "request_id", None), exc.code, str(exc))
+            rid, op = frame.id, frame.OP
+        else:
+            rid, op = step[0], "step"
         try:
-            frame = decode_client_frame(data, max_frame_size=self._max_frame_size)
-        except ProtocolError as exc:
-            return self._error(getattr(exc, "request_id", None), exc.code, str(exc))
-        try:
+            if step is not None:
+                return self._step(*step), None
             return self._dispatch(frame)
         except OpenEnvError as exc:
             code = exc.code if exc.code in ERRORS else "internal"
-            return self._error(frame.id, code, str(exc))
+            return self._error(rid, code, str(exc))
         except Exception as exc:
-            logger.exception("session %s: environment failed on '%s'", self.session_id, frame.OP)
+            logger.exception("session %s: environment failed on '%s'", self.session_id, op)
             return self._error(
-                frame.id,
+                rid,
                 "internal",
-                f"the environment failed on '{frame.OP}' ({type(exc).__name__}: {exc}); "
+                f"the environment failed on '{op}' ({type(exc).__name__}: {exc}); "
                 "the session is closed, open a new one",
             )
 
@@ -166,23 +180,7 @@ class ServerSession:
         env = self.env
         match frame:
             case Step(id=rid, action=action, obs=want_obs):
-                assert env is not None
-                shared = self.shared
-                out = None
-                if shared is not None and want_obs:
-                    into = self._into
-                    if into is None:
-                        into = self._into = _obs_layout(env)
-                    if into:
-                        out = shared.reserve(*into)
-                if out is None:
-                    result = env.step(action, obs=want_obs)
-                else:  # the observation is written straight into shared memory
-                    result = env.step(action, obs=True, out=out)  # type: ignore[call-arg]
-                self.steps += 1
-                done = result.terminated or result.truncated
-                machine.served("step", done=done)
-                return _result(rid, result, done, self.shared), None
+                return self._step(rid, action, want_obs), None
             case Reset(id=rid, seed=seed, episode_id=episode_id, options=options):
                 assert env is not None
                 result = env.reset(seed=seed, episode_id=episode_id, options=options)
@@ -207,6 +205,26 @@ class ServerSession:
                 machine.served("close")
                 return encode(Closed(id=rid)), _NORMAL_CLOSE
         raise ProtocolError(f"op '{frame.OP}' has no handler", code="unknown_op")
+
+    def _step(self, rid: int, action: Any, want_obs: bool) -> bytes:
+        env = self.env
+        assert env is not None
+        shared = self.shared
+        out = None
+        if shared is not None and want_obs:
+            into = self._into
+            if into is None:
+                into = self._into = _obs_layout(env)
+            if into:
+                out = shared.reserve(*into)
+        if out is None:
+            result = env.step(action, obs=want_obs)
+        else:  # the observation is written straight into shared memory
+            result = env.step(action, obs=True, out=out)  # type: ignore[call-arg]
+        self.steps += 1
+        done = result.terminated or result.truncated
+        self.machine.served("step", done=done)
+        return _result(rid, result, done, shared)
 
     def _open(self, frame: Open) -> tuple[bytes, CloseRequest | None]:
         if frame.version not in SUPPORTED_VERSIONS:

@@ -23,6 +23,7 @@ from openenv_ws.protocol import (
     Step,
     decode_server_frame,
     encode,
+    parse_step,
 )
 from openenv_ws.server import ServerSession
 from openenv_ws.testing import FakeEnvironment, fake_factory
@@ -196,3 +197,43 @@ def test_snapshot_restore_replays() -> None:
     again = [serve(session, Step(id=21 + i, action=a))[0] for i, a in enumerate([2, 3, 1])]
     for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a.obs, b.obs)  # type: ignore[attr-defined]
+
+
+def _reordered(rid: int, action: object, obs: bool = True) -> bytes:
+    """A step whose map lists its keys in another order: read by the full decoder."""
+    data: bytes = msgpack.packb({"obs": obs, "action": action, "id": rid, "op": "step"})
+    return data
+
+
+def test_the_step_loop_reader_and_the_full_decoder_serve_alike() -> None:
+    """Canonical steps (read without a full decode) get the replies, errors and
+    state changes that the same steps laid out differently get."""
+    quick = opened_session(episode_length=4)
+    full = opened_session(episode_length=4)
+    assert quick.handle(encode(Reset(id=2, seed=3))) == full.handle(encode(Reset(id=2, seed=3)))
+    script: list[tuple[int, int, bool]] = [
+        (3, 1, True),
+        (4, 9, True),  # not an action of the environment: invalid_action
+        (300, 2, False),  # a two-byte id, no observation
+        (70000, 3, True),
+        (2**32 - 1, 0, True),  # the episode ends here
+        (8, 1, True),  # episode_over
+    ]
+    for rid, action, obs in script:
+        canonical = encode(Step(id=rid, action=action, obs=obs))
+        assert parse_step(canonical) == (rid, action, obs)
+        assert parse_step(_reordered(rid, action, obs)) is None
+        assert quick.handle(canonical) == full.handle(_reordered(rid, action, obs))
+        assert quick.state is full.state and quick.steps == full.steps
+    assert quick.state is SessionState.ENDED
+    reply = decode_server_frame(quick.handle(encode(Step(id=9, action=1)))[0])
+    assert isinstance(reply, Error) and reply.code == "episode_over" and reply.id == 9
+    # A failing environment is fatal on either path, with the request's id.
+    for data in (encode(Step(id=11, action=0)), _reordered(11, 0)):
+        session = opened_session(fail_at_step=2)
+        session.handle(encode(Reset(id=2)))
+        session.handle(encode(Step(id=3, action=0)))
+        reply, close = session.handle(data)
+        frame = decode_server_frame(reply)
+        assert isinstance(frame, Error) and frame.code == "internal" and frame.id == 11
+        assert close is not None and close.code == 1011
