@@ -41,10 +41,9 @@ from typing import Any
 
 import ale_py
 import numpy as np
-from ale_py import roms
 
 from atari import AtariEnvironment
-from benchmarks.measure import n_actions
+from benchmarks.measure import n_actions, raw_ale
 
 #: (prepare, run): ``prepare`` seeds a fresh episode untimed; ``run`` plays the actions.
 Runner = tuple[Callable[[], None], Callable[[list[int]], None]]
@@ -55,12 +54,7 @@ def _signed(seed: int) -> int:
 
 
 def _raw(game: str, obs_type: str, ale_seed: int, *, full: bool) -> Runner:
-    ale = ale_py.ALEInterface()
-    ale.setFloat("repeat_action_probability", 0.25)
-    ale.setInt("max_num_frames_per_episode", 108_000)
-    rom = roms.get_rom_path(game)
-    if rom is None:
-        raise ValueError(f"ale-py ships no ROM for {game!r}")
+    ale, rom = raw_ale(game)
 
     def prepare() -> None:
         ale.setInt("random_seed", _signed(ale_seed))

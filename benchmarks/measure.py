@@ -27,6 +27,7 @@ __all__ = [
     "latency_row",
     "n_actions",
     "pin_process",
+    "raw_ale",
     "rss_bytes",
     "time_steps",
     "time_steps_async",
@@ -255,3 +256,18 @@ def n_actions(action: object) -> int:
     if not isinstance(action, DiscreteSpec):
         raise ValueError(f"the benchmarks play discrete actions, not {action}")
     return action.n
+
+
+def raw_ale(game: str) -> tuple[Any, str]:
+    """A bare ``ale_py.ALEInterface`` with AtariEnvironment's defaults (sticky actions
+    0.25, 108,000-frame limit) and the path of `game`'s ROM, not loaded yet."""
+    import ale_py
+    from ale_py import roms
+
+    ale = ale_py.ALEInterface()
+    ale.setFloat("repeat_action_probability", 0.25)
+    ale.setInt("max_num_frames_per_episode", 108_000)
+    rom = roms.get_rom_path(game)
+    if rom is None:
+        raise ValueError(f"ale-py ships no ROM for {game!r}")
+    return ale, str(rom)

@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from openenv_ws.providers import LocalServerProvider
+
 from ..measure import Placement, Workload, inprocess_steps, latency_row
-from ..servers import our_server
+from ..servers import our_server, settle
 from ..suite import Column, Context, Section, has_attr, scenario
 
 __all__: list[str] = []
@@ -35,13 +37,14 @@ def _vector(url: str, work: Workload, n: int, **options: Any) -> Any:
 
 
 def _batched(
-    url: str, work: Workload, n: int, total: int, busy_poll: float = 0.0
+    server: LocalServerProvider, work: Workload, n: int, total: int, busy_poll: float = 0.0
 ) -> tuple[int, float]:
     """(env steps, seconds): ``step(actions)`` on all `n` sessions until `total` env steps."""
     batches = max(3, -(-total // n))
     actions = np.random.default_rng(work.seed).integers(0, work.n_actions, size=(batches + 2, n))
-    with _vector(url, work, n) as venv:
+    with _vector(server.url, work, n) as venv:
         venv.reset(seed=work.seed)
+        settle(server)
         venv.step(actions[0])
         venv.step(actions[1])
         start = time.perf_counter()
@@ -52,7 +55,7 @@ def _batched(
 
 
 def _pipelined(
-    url: str, work: Workload, n: int, total: int, busy_poll: float = 0.0
+    server: LocalServerProvider, work: Workload, n: int, total: int, busy_poll: float = 0.0
 ) -> tuple[int, float]:
     """(env steps, seconds): EnvPool-style ``send``/``recv``, each env resent as soon as it answers.
 
@@ -68,8 +71,9 @@ def _pipelined(
         used += k
         return actions[used - k : used]
 
-    with _vector(url, work, n, busy_poll=busy_poll) as venv:
+    with _vector(server.url, work, n, busy_poll=busy_poll) as venv:
         venv.reset(seed=work.seed)
+        settle(server)  # the opens emptied the warm pool: no ROM load while timing
         venv.send(take(n))
         done = 0
         start = time.perf_counter()
@@ -130,7 +134,7 @@ def _curve(ctx: Context, section: Section, placement: Placement, work: Workload)
             for n in opts.sessions:
                 ctx.progress.phase(f"{mode}: {n} sessions {work.label()}")
                 try:
-                    steps, seconds = drive(server.url, work, n, opts.steps, busy_poll)
+                    steps, seconds = drive(server, work, n, opts.steps, busy_poll)
                 except Exception as exc:  # noqa: BLE001 - one point failing keeps the curve
                     note = f"could not run: {type(exc).__name__}: {exc}".splitlines()[0]
                     section.add(**base, mode=mode, sessions=n, note=note)

@@ -1,0 +1,70 @@
+"""The standalone server-efficiency scripts run to the end and print their table.
+
+``benchmarks/bench_vector.py`` (16 pipelined sessions against in-process ALE),
+``benchmarks/bench_frame_cache.py`` (what writing frames into shared regions
+costs the emulator) and ``benchmarks/bench_ale_inprocess.py`` (the
+environment wrapper's own cost) back figures quoted in the README; a short
+run of each keeps them working. No timing assertions: each row must be there
+with positive numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = r"([0-9][0-9.]*)"
+
+
+def _run(script: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{script}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return done.stdout
+
+
+def _two_cores() -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.fail("these scripts pin a server and a client to two different cores")
+
+
+def test_bench_vector_prints_every_contender_with_a_ratio() -> None:
+    _two_cores()
+    out = _run("bench_vector.py", "--envs", "4", "--steps", "200", "--rounds", "1")
+    for name in ("in-process, 1 env", "in-process, 4 envs round-robin", "websocket, 4 sessions"):
+        row = re.search(
+            rf"^{re.escape(name)}.*?\s{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}$", out, re.M
+        )
+        assert row is not None, f"no row for {name!r}:\n{out}"
+        assert all(float(v) > 0 for v in row.groups())
+    assert re.search(rf"server efficiency \(steps/s\): {NUMBER}x", out), out
+
+
+def test_bench_frame_cache_prints_each_session_count() -> None:
+    _two_cores()
+    out = _run("bench_frame_cache.py", "--sessions", "1", "3", "--steps", "100", "--rounds", "1")
+    for n in (1, 3):
+        row = re.search(
+            rf"^\s+{n}\s+{NUMBER} us\s+{NUMBER} us \({NUMBER}x\)\s+{NUMBER} us", out, re.M
+        )
+        assert row is not None, f"no row for {n} sessions:\n{out}"
+        assert all(float(v) > 0 for v in row.groups())
+
+
+def test_bench_ale_inprocess_prints_the_wrapper_cost() -> None:
+    out = _run("bench_ale_inprocess.py", "--steps", "100", "--rounds", "1", "--only", "steps")
+    for name in ("raw loop (idle)", "env.step (idle)"):
+        assert re.search(rf"^{re.escape(name)}\s+{NUMBER} ns", out, re.M), f"no {name!r}:\n{out}"
