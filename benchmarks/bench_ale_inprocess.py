@@ -7,6 +7,9 @@ emulation work is identical and the difference is the wrapper's own cost:
 - ``raw act x4 + obs``: the same plus ``getScreenRGB`` (or grayscale/RAM),
   game-over, truncation and the three info reads a step result needs.
 - ``env.step(obs=False)`` and ``env.step``: :class:`atari.AtariEnvironment`.
+- ``server session``: a server's :class:`ServerSession` serving encoded step
+  requests (reply bytes out, frames into a shared region, no socket): what
+  the server adds to ``env.step`` per step before any I/O.
 - ``gymnasium``: ale-py's own ``ALE/<Game>-v5`` env, when gymnasium is installed.
 
 Rounds alternate between contenders; the report gives each one's median CPU
@@ -42,8 +45,11 @@ from typing import Any
 import ale_py
 import numpy as np
 
-from atari import AtariEnvironment
+from atari import AtariEnvironment, atari_factory
 from benchmarks.measure import n_actions, raw_ale
+from openenv_ws._shm import ClientRegion, ServerRegion, shared_memory_supported
+from openenv_ws.protocol import Open, Reset, SessionState, encode, encode_step
+from openenv_ws.server import ServerSession
 
 #: (prepare, run): ``prepare`` seeds a fresh episode untimed; ``run`` plays the actions.
 Runner = tuple[Callable[[], None], Callable[[list[int]], None]]
@@ -99,6 +105,33 @@ def _ours(env: AtariEnvironment, seed: int, *, obs: bool) -> Runner:
 
     def prepare() -> None:
         env.reset(seed=seed)
+
+    return prepare, run
+
+
+def _session(config: dict[str, Any], seed: int, indices: list[int]) -> Runner:
+    """A server's session: step requests in, reply bytes out, no socket.
+
+    Frames go into a shared region as for a client on the same host. The
+    requests are encoded beforehand (that is the client's work).
+    """
+    session = ServerSession(atari_factory, max_frame_size=1 << 20)
+    session.handle(encode(Open(id=1, config=config)))
+    region = ClientRegion() if shared_memory_supported() else None
+    if region is not None:
+        session.use_shared(ServerRegion.attach(region.offer()))
+    requests = [encode_step(rid, i) for rid, i in enumerate(indices, start=3)]
+    reset = encode(Reset(id=2))
+    handle = session.handle
+
+    def run(batch: list[int]) -> None:
+        for data in requests[: len(batch)]:
+            handle(data)
+            if session.state is SessionState.ENDED:
+                handle(reset)
+
+    def prepare() -> None:
+        handle(encode(Reset(id=2, seed=seed)))
 
     return prepare, run
 
@@ -268,6 +301,7 @@ def main() -> None:
         "raw act x4 + obs": _raw(args.game, args.obs_type, ale_seed, full=True),
         "env.step(obs=False)": _ours(env, seed, obs=False),
         "env.step": _ours(env, seed, obs=True),
+        "server session": _session({"game": args.game, "obs_type": args.obs_type}, seed, indices),
     }
     gym_runner = _gym(args.game, args.obs_type, seed)
     if gym_runner is not None:
@@ -292,6 +326,7 @@ def main() -> None:
         "raw act x4 + obs": "raw act x4",
         "env.step(obs=False)": "raw act x4",
         "env.step": "raw act x4 + obs",
+        "server session": "env.step",
         "gymnasium ALE v5": "raw act x4 + obs",
     }
     print(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib
 import time
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from openenv_ws.providers import LocalServerProvider
 
-from ..measure import Placement, Workload, inprocess_steps, latency_row
+from ..measure import Placement, Workload, best_of, inprocess_steps, latency_row
 from ..servers import our_server, settle
 from ..suite import Column, Context, Section, has_attr, scenario
 
@@ -36,54 +37,67 @@ def _vector(url: str, work: Workload, n: int, **options: Any) -> Any:
     return vector(url, n, config=work.config, open_timeout=None, timeout=600.0, **options)
 
 
-def _batched(
-    server: LocalServerProvider, work: Workload, n: int, total: int, busy_poll: float = 0.0
-) -> tuple[int, float]:
-    """(env steps, seconds): ``step(actions)`` on all `n` sessions until `total` env steps."""
+class Point(NamedTuple):
+    """One point of the curve: sessions, env steps per window, windows, client spin."""
+
+    n: int
+    total: int
+    rounds: int
+    busy_poll: float = 0.0
+
+
+def _batched(server: LocalServerProvider, work: Workload, point: Point) -> tuple[int, float]:
+    """(env steps, seconds) of the fastest of `rounds` windows of ``step(actions)`` on
+    all `n` sessions, `total` env steps each."""
+    n, total, rounds, _ = point
     batches = max(3, -(-total // n))
-    actions = np.random.default_rng(work.seed).integers(0, work.n_actions, size=(batches + 2, n))
+    rng = np.random.default_rng(work.seed)
+    best = (0, float("inf"))
     with _vector(server.url, work, n) as venv:
         venv.reset(seed=work.seed)
         settle(server)
-        venv.step(actions[0])
-        venv.step(actions[1])
-        start = time.perf_counter()
-        for batch in actions[2:]:
+        for batch in rng.integers(0, work.n_actions, size=(2, n)):
             venv.step(batch)
-        elapsed = time.perf_counter() - start
-    return batches * n, elapsed
+        for _ in range(max(1, rounds)):
+            actions = rng.integers(0, work.n_actions, size=(batches, n))
+            start = time.perf_counter()
+            for batch in actions:
+                venv.step(batch)
+            best = min(best, (batches * n, time.perf_counter() - start), key=_per_step)
+    return best
 
 
-def _pipelined(
-    server: LocalServerProvider, work: Workload, n: int, total: int, busy_poll: float = 0.0
-) -> tuple[int, float]:
-    """(env steps, seconds): EnvPool-style ``send``/``recv``, each env resent as soon as it answers.
+def _pipelined(server: LocalServerProvider, work: Workload, point: Point) -> tuple[int, float]:
+    """(env steps, seconds) of the fastest of `rounds` windows of at least `total` env
+    steps, EnvPool-style ``send``/``recv``: each env resent as soon as it answers.
 
-    With `busy_poll` the client spins on its sockets instead of sleeping (it has
-    a core of its own), which spares the server a wake-up of the client per reply.
+    The sessions stay busy across windows. With `busy_poll` the client spins on
+    its sockets instead of sleeping (it has a core of its own), which spares
+    the server a wake-up of the client per reply.
     """
+    n, total, rounds, busy_poll = point
     total = max(total, 3 * n)
-    actions = np.random.default_rng(work.seed).integers(0, work.n_actions, size=total + 4 * n)
-    used = 0
-
-    def take(k: int) -> np.ndarray[Any, Any]:
-        nonlocal used
-        used += k
-        return actions[used - k : used]
-
+    rng = np.random.default_rng(work.seed)
+    best = (0, float("inf"))
     with _vector(server.url, work, n, busy_poll=busy_poll) as venv:
         venv.reset(seed=work.seed)
         settle(server)  # the opens emptied the warm pool: no ROM load while timing
-        venv.send(take(n))
-        done = 0
-        start = time.perf_counter()
-        while done < total:
-            ids = venv.recv()[4]["env_id"]
-            done += len(ids)
-            venv.send(take(len(ids)), ids)
-        elapsed = time.perf_counter() - start
+        venv.send(rng.integers(0, work.n_actions, n))
+        for _ in range(max(1, rounds)):
+            done = 0
+            start = time.perf_counter()
+            while done < total:
+                ids = venv.recv()[4]["env_id"]
+                done += len(ids)
+                venv.send(rng.integers(0, work.n_actions, len(ids)), ids)
+            best = min(best, (done, time.perf_counter() - start), key=_per_step)
         venv.recv(min_envs=n)
-    return done, elapsed
+    return best
+
+
+def _per_step(window: tuple[int, float]) -> float:
+    steps, seconds = window
+    return seconds / steps if steps else float("inf")
 
 
 #: Seconds the send/recv client spins before sleeping when it has a core of its own.
@@ -111,7 +125,9 @@ def run(ctx: Context) -> Section:
             _curve(ctx, section, placement, work)
     section.notes.append(
         "vs in-process 1 core: aggregate steps/s over in-process ALE steps/s on one core "
-        "(same game, options and seed), measured in the same run. With the split "
+        "(same game, options and seed), measured in the same run: each point is the "
+        f"fastest of {opts.rounds} timed windows on the same open sessions (after the warm "
+        f"pool refilled), the reference the fastest of {opts.rounds} runs. With the split "
         "placement the send/recv client spins on its own core (busy_poll "
         f"{PIPELINE_BUSY_POLL * 1e3:g} ms) instead of sleeping between replies."
     )
@@ -123,7 +139,8 @@ def _curve(ctx: Context, section: Section, placement: Placement, work: Workload)
     base: dict[str, Any] = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
     ctx.progress.phase(f"in-process {work.label()}")
     with placement.client_side():
-        reference = latency_row(inprocess_steps(work))["steps_per_s"]
+        samples = best_of(opts.rounds, partial(inprocess_steps, work))
+        reference = latency_row(samples)["steps_per_s"]
     label = f"{work.label()} [{placement.name}]"
     # A client with a core of its own spins on send/recv rather than sleeping.
     busy_poll = PIPELINE_BUSY_POLL if placement.name == "split" else 0.0
@@ -134,7 +151,9 @@ def _curve(ctx: Context, section: Section, placement: Placement, work: Workload)
             for n in opts.sessions:
                 ctx.progress.phase(f"{mode}: {n} sessions {work.label()}")
                 try:
-                    steps, seconds = drive(server, work, n, opts.steps, busy_poll)
+                    steps, seconds = drive(
+                        server, work, Point(n, opts.steps, opts.rounds, busy_poll)
+                    )
                 except Exception as exc:  # noqa: BLE001 - one point failing keeps the curve
                     note = f"could not run: {type(exc).__name__}: {exc}".splitlines()[0]
                     section.add(**base, mode=mode, sessions=n, note=note)

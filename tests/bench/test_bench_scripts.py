@@ -66,5 +66,9 @@ def test_bench_frame_cache_prints_each_session_count() -> None:
 
 def test_bench_ale_inprocess_prints_the_wrapper_cost() -> None:
     out = _run("bench_ale_inprocess.py", "--steps", "100", "--rounds", "1", "--only", "steps")
+    for name in ("raw act x4 + obs", "env.step", "server session"):
+        row = re.search(rf"^{re.escape(name)}\s+{NUMBER}\s+{NUMBER}\s+-?{NUMBER}\s", out, re.M)
+        assert row is not None, f"no row for {name!r}:\n{out}"
+        assert float(row.group(1)) > 0
     for name in ("raw loop (idle)", "env.step (idle)"):
         assert re.search(rf"^{re.escape(name)}\s+{NUMBER} ns", out, re.M), f"no {name!r}:\n{out}"
