@@ -452,6 +452,25 @@ def _packed_shared(arr: SharedArray) -> bytes:
     return packed
 
 
+# The reward key and value in one pack; terminated, truncated and done with their
+# keys and the info key, for each of the eight combinations.
+_REWARD = struct.Struct(f">{len(_RESULT_KEYS[1])}sBd")
+_RESULT_FLAGS = tuple(
+    b"".join(
+        (
+            _RESULT_KEYS[2],
+            _BOOLS[flags >> 2 & 1],
+            _RESULT_KEYS[3],
+            _BOOLS[flags >> 1 & 1],
+            _RESULT_KEYS[4],
+            _BOOLS[flags & 1],
+            _RESULT_KEYS[5],
+        )
+    )
+    for flags in range(8)
+)
+
+
 def encode_result(
     rid: int,
     obs: Any,
@@ -486,23 +505,15 @@ def encode_result(
             else:
                 head = b""
             if head:
-                k_obs, k_reward, k_term, k_trunc, k_done, k_info = _RESULT_KEYS
                 return b"".join(
                     (
                         _RESULT_LAYOUT.prefix,
                         pack(rid),
-                        k_obs,
+                        _RESULT_KEYS[0],
                         head,
                         data,
-                        k_reward,
-                        _FLOAT64.pack(0xCB, reward),
-                        k_term,
-                        _BOOLS[terminated],
-                        k_trunc,
-                        _BOOLS[truncated],
-                        k_done,
-                        _BOOLS[done],
-                        k_info,
+                        _REWARD.pack(_RESULT_KEYS[1], 0xCB, reward),
+                        _RESULT_FLAGS[terminated << 2 | truncated << 1 | done],
                         pack(info),
                     )
                 )
