@@ -259,14 +259,16 @@ def n_actions(action: object) -> int:
 
 
 def raw_ale(game: str) -> tuple[Any, str]:
-    """A bare ``ale_py.ALEInterface`` with AtariEnvironment's defaults (sticky actions
-    0.25, 108,000-frame limit) and the path of `game`'s ROM, not loaded yet."""
+    """A bare ``ale_py.ALEInterface`` with AtariEnvironment's default sticky actions and
+    frame limit, and the path of `game`'s ROM, not loaded yet."""
     import ale_py
     from ale_py import roms
 
+    from atari.environment import DEFAULT_CONFIG
+
     ale = ale_py.ALEInterface()
-    ale.setFloat("repeat_action_probability", 0.25)
-    ale.setInt("max_num_frames_per_episode", 108_000)
+    ale.setFloat("repeat_action_probability", DEFAULT_CONFIG["repeat_action_probability"])
+    ale.setInt("max_num_frames_per_episode", DEFAULT_CONFIG["max_num_frames_per_episode"])
     rom = roms.get_rom_path(game)
     if rom is None:
         raise ValueError(f"ale-py ships no ROM for {game!r}")

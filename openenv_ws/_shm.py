@@ -252,7 +252,7 @@ class ServerRegion:
             return None  # not the wire's byte order: put() converts it
         views = []
         for turn in (0, 1):
-            offset = FIRST_PAGE + turn * self._half
+            offset = self._offset(turn)
             view: np.ndarray[Any, Any] = np.ndarray(shape, dtype, self._map, offset)
             views.append((view, SharedArray(offset, code, tuple(shape))))
         out = self._views[(shape, dtype)] = tuple(views)
@@ -274,9 +274,12 @@ class ServerRegion:
 
     def _next_half(self) -> int:
         """The offset of the half to write next (the two halves take turns)."""
-        offset = FIRST_PAGE + self._turn * self._half
+        offset = self._offset(self._turn)
         self._turn ^= 1
         return offset
+
+    def _offset(self, turn: int) -> int:
+        return FIRST_PAGE + turn * self._half
 
     def close(self) -> None:
         self._reserved = None

@@ -20,9 +20,9 @@ over the size limit, closing) and takes the common case itself:
   handler is called right here, in ``data_received``; it returns the reply
   (and an optional close) or None to have the message queued for the app as
   usual. No task wake-up, no queue, no read pause per message.
-- **Outgoing**: binary messages are framed here and written header and
-  payload together (one ``writelines``, a vectored write), without copying
-  the payload.
+- **Outgoing**: binary messages are framed here; a small one (a step
+  result) goes out as one buffer, a large one as header and payload in one
+  ``writelines`` (a vectored write) without copying the payload.
 
 Fairness between connections is kept: one directly handled message per
 callback; if more complete frames of the same connection are already

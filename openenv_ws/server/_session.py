@@ -110,11 +110,10 @@ class ServerSession:
 
     def handle(self, data: bytes) -> tuple[bytes, CloseRequest | None]:
         """Serve one request frame; return the encoded reply and an optional close."""
-        machine = self.machine
         # The step loop: a plain step of a running episode is read without a full decode.
         step = (
             parse_step(data)
-            if machine.state is SessionState.RUNNING and len(data) <= self._max_frame_size
+            if self.machine.state is SessionState.RUNNING and len(data) <= self._max_frame_size
             else None
         )
         if step is None:
