@@ -52,7 +52,10 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
     p.add_argument("--games", default=",".join(d.games), help="comma list of games")
     p.add_argument("--obs-types", default=",".join(d.obs_types), help="rgb, grayscale, ram")
     p.add_argument(
-        "--clients", default=",".join(d.clients), help="sync, sync-socket (no shared memory), async"
+        "--clients",
+        default=",".join(d.clients),
+        help="sync, sync-socket (no shared memory), async, "
+        "sync-poll (client and server busy-poll; split placement only)",
     )
     p.add_argument(
         "--placement",

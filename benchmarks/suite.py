@@ -41,7 +41,7 @@ class Options:
     sessions: tuple[int, ...] = (1, 2, 4, 8, 16, 64, 256)
     games: tuple[str, ...] = ("pong",)
     obs_types: tuple[str, ...] = ("rgb", "grayscale", "ram")
-    clients: tuple[str, ...] = ("sync", "sync-socket", "async")
+    clients: tuple[str, ...] = ("sync", "sync-socket", "async", "sync-poll")
     placements: tuple[str, ...] = ("split", "shared")
     scenarios: tuple[str, ...] = ()
     seed: int = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -78,14 +79,29 @@ def async_steps(url: str, work: Workload) -> np.ndarray[Any, Any]:
     return run_async(play())
 
 
+#: Seconds both sides of the "sync-poll" row poll without sleeping.
+BUSY_POLL = 0.002
+
 #: client name -> how it plays a workload against a server URL. On this host the
 #: clients get observations through shared memory; "sync-socket" is the sync
-#: client with every byte through the socket, as for a remote server.
+#: client with every byte through the socket, as for a remote server;
+#: "sync-poll" is the sync client and a server (``--busy-poll``) that both poll
+#: instead of sleeping between messages, for split cores only.
 CLIENTS: dict[str, Callable[[str, Workload], np.ndarray[Any, Any]]] = {
     "sync": sync_steps,
     "sync-socket": partial(sync_steps, shared_memory=False),
     "async": async_steps,
+    "sync-poll": partial(sync_steps, busy_poll=BUSY_POLL),
 }
+#: Clients that need their own server, started with these arguments.
+SERVER_ARGS = {"sync-poll": ("--busy-poll", str(BUSY_POLL))}
+
+
+def clients_for(placement: Placement, clients: tuple[str, ...]) -> list[str]:
+    """The clients measured at `placement`: busy polling only where each side has its own
+    core (on a shared core the polling server would take the core from the client)."""
+    split = placement.server is not None and placement.server != placement.client
+    return [c for c in clients if split or c not in SERVER_ARGS]
 
 
 def remote_steps(client: str, url: str, work: Workload) -> np.ndarray[Any, Any]:
@@ -110,7 +126,8 @@ def run(ctx: Context) -> Section:
     section = Section("latency", "Single-session step latency", LATENCY_COLUMNS)
     placements = ctx.placements()
     works = list(ctx.workloads())
-    ctx.progress.start(section.title, len(placements) * len(works) * (1 + len(opts.clients)))
+    phases = sum(1 + len(clients_for(p, opts.clients)) for p in placements)
+    ctx.progress.start(section.title, phases * len(works))
     for placement in placements:
         _one_placement(ctx, section, placement, works)
     section.notes.append(
@@ -118,6 +135,12 @@ def run(ctx: Context) -> Section:
         "actions, measured in the same run (1.00 = no cost at all); overhead: mean µs per "
         "step added by the transport."
     )
+    if "sync-poll" in opts.clients:
+        section.notes.append(
+            f"sync-poll (split cores only): client (busy_poll={BUSY_POLL}) and server "
+            f"(--busy-poll {BUSY_POLL}) poll for {BUSY_POLL * 1e3:g} ms after each message "
+            "instead of sleeping, so neither core is woken from idle; each keeps its core busy."
+        )
     return section
 
 
@@ -125,17 +148,28 @@ def _one_placement(
     ctx: Context, section: Section, placement: Placement, works: list[Workload]
 ) -> None:
     opts = ctx.options
-    with our_server(placement) as server, placement.client_side():
+    clients = clients_for(placement, opts.clients)
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(our_server(placement))
+        urls = {c: server.url for c in clients}
+        others = [server]
+        for client in clients:
+            if client in SERVER_ARGS:
+                own = stack.enter_context(our_server(placement, SERVER_ARGS[client]))
+                urls[client] = own.url
+                others.append(own)
+        stack.enter_context(placement.client_side())
         for work in works:
             base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
             ctx.progress.phase(f"in-process {work.label()} [{placement.name}]")
-            settle(server)
+            for each in others:
+                settle(each)
             ref_samples = best_of(opts.rounds, partial(inprocess_steps, work))
             reference = latency_row(ref_samples)
             section.add(**base, path="in-process", **reference, vs_inprocess=1.0, overhead_us=0.0)
             section.sample(work.obs_type, f"in-process [{placement.name}]", ref_samples)
-            for client in opts.clients:
+            for client in clients:
                 ctx.progress.phase(f"{client} client {work.label()} [{placement.name}]")
-                samples = best_of(opts.rounds, partial(remote_steps, client, server.url, work))
+                samples = best_of(opts.rounds, partial(remote_steps, client, urls[client], work))
                 section.add(**base, path=f"openenv-ws {client}", **compare_row(samples, reference))
                 section.sample(work.obs_type, f"openenv-ws {client} [{placement.name}]", samples)

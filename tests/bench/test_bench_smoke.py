@@ -93,12 +93,13 @@ def test_latency_rows_per_obs_type_and_client(run: dict[str, Any]) -> None:
     rows = _rows(run, "latency")
     placements = {Placement.named(name).name for name in ("split", "shared")}
     paths = {(r["obs"], r["path"], r["placement"]) for r in rows}
+    common = ("in-process", "openenv-ws sync", "openenv-ws sync-socket", "openenv-ws async")
+    split = Placement.named("split")
+    # Busy polling needs a core per side: only the split placement has it.
+    polling = {split.name} if split.server is not None and split.server != split.client else set()
     assert paths == {
-        (obs, path, where)
-        for obs in OBS_TYPES
-        for path in ("in-process", "openenv-ws sync", "openenv-ws sync-socket", "openenv-ws async")
-        for where in placements
-    }
+        (obs, path, where) for obs in OBS_TYPES for path in common for where in placements
+    } | {(obs, "openenv-ws sync-poll", where) for obs in OBS_TYPES for where in polling}
     for row in rows:
         _positive(row, "p50_us", "p90_us", "p99_us", "max_us", "steps_per_s", "vs_inprocess")
         assert row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"]
