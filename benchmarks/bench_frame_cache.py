@@ -14,7 +14,7 @@ of one 210x160 frame) in one process pinned to one core, after four
 
 - ``fresh array``: a new array per frame, as in-process;
 - ``regions, no reader``: the server side of `sessions` real regions
-  (``ServerRegion.reserve``/``put``), nobody reading them;
+  (``ServerRegion.reserve``), nobody reading them;
 - ``regions, read on core 1``: the same, each frame copied out by a
   ``ClientRegion.read`` in a second process pinned to the other core before
   the next step (the client's side of a pipelined vector client).
@@ -83,6 +83,7 @@ def measure(game: str, sessions: int, steps: int, rounds: int) -> dict[str, floa
     actions = ale.getMinimalActionSet()
     pick = np.random.default_rng(0).integers(0, len(actions), steps).tolist()
     dtype = np.dtype(np.uint8)
+    layout = (SHAPE, dtype)
 
     def run(kind: str) -> float:
         total = 0.0
@@ -92,18 +93,14 @@ def measure(game: str, sessions: int, steps: int, rounds: int) -> dict[str, floa
             for _ in range(4):
                 ale.act(actions[a])
             s = i % sessions
-            out: Any = (
-                np.empty(SHAPE, dtype) if kind == "fresh" else servers[s].reserve(SHAPE, dtype)
-            )
+            slot = None if kind == "fresh" else servers[s].reserve(layout)
+            out: Any = np.empty(SHAPE, dtype) if slot is None else slot.view
             start = time.perf_counter()
             ale.getScreenRGB(out)
             total += time.perf_counter() - start
-            if kind == "fresh":
-                continue
-            named = servers[s].put(out)
             if kind == "read":
-                assert named is not None
-                payload = named.ext_payload()
+                assert slot is not None
+                payload = slot.name.ext_payload()
                 os.write(requests_w, bytes((s, len(payload))) + payload)
                 os.read(replies_r, 1)
         return total / steps * 1e6

@@ -195,18 +195,27 @@ class Placement:
         if self.server is not None:
             pin_process(pid, self.server)
 
-    @contextlib.contextmanager
-    def client_side(self) -> Iterator[None]:
+    def client_side(self) -> contextlib.AbstractContextManager[None]:
         """Run the calling thread on the client cores for the duration."""
-        if self.client is None:
-            yield
-            return
-        before = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, self.client)
-        try:
-            yield
-        finally:
-            os.sched_setaffinity(0, before)
+        return _running_on(self.client)
+
+    def server_side(self) -> contextlib.AbstractContextManager[None]:
+        """Run the calling thread on the server cores for the duration (a reference of
+        what the server's core does alone, measured while the server idles)."""
+        return _running_on(self.server)
+
+
+@contextlib.contextmanager
+def _running_on(cores: frozenset[int] | None) -> Iterator[None]:
+    if cores is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _set(cores: frozenset[int] | None) -> str:

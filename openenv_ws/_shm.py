@@ -46,6 +46,7 @@ __all__ = [
     "ServerRegion",
     "SharedArray",
     "SharedMemoryRefused",
+    "Slot",
     "shared_memory_supported",
 ]
 
@@ -162,6 +163,13 @@ class ClientRegion:
             self._map.close()
 
 
+class Slot(NamedTuple):
+    """A half of a region as an array, and what names it in a reply once written."""
+
+    view: np.ndarray[Any, Any]
+    name: SharedArray
+
+
 class ServerRegion:
     """The server's side: the client's memfd, mapped after the checks of :meth:`attach`."""
 
@@ -170,11 +178,11 @@ class ServerRegion:
         self.size = size
         self._half = _half(size)
         self._turn = 0
-        # The last array handed out by reserve() and what put() returns for it.
-        self._reserved: tuple[np.ndarray[Any, Any], SharedArray] | None = None
         # (shape, dtype) -> for each half, a view of it and its SharedArray: a
         # session asks for the same layout on every step.
-        self._views: dict[Any, tuple[tuple[np.ndarray[Any, Any], SharedArray], ...]] = {}
+        self._views: dict[Any, tuple[Slot, ...]] = {}
+        # The last layout asked for (by identity) and its slots: no hashing per step.
+        self._last: tuple[Any, tuple[Slot, ...] | None] = ((), None)
         #: The session writing into the region (None until one takes it).
         self.owner: object | None = None
 
@@ -221,24 +229,27 @@ class ServerRegion:
             raise SharedMemoryRefused("the region does not hold the offered nonce")
         return cls(region, size)
 
-    def reserve(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any] | None:
-        """The next half of the region as an array to write an observation into.
+    def reserve(self, layout: tuple[tuple[int, ...], np.dtype[Any]]) -> Slot | None:
+        """The next half of the region as an array of `layout` (shape, dtype) to write
+        an observation into, and the :class:`SharedArray` that names it once written.
 
-        Pass the filled array to :meth:`put`, which then only names it. None if
-        such an array is too small to be worth it or does not fit.
+        None if such an array is too small to be worth it or does not fit. Pass
+        the same `layout` object on every step: it is recognized by identity.
         """
-        views = self._views.get((shape, dtype))
-        if views is None:
-            views = self._views_for(shape, dtype)
-            if views is None:
-                return None
-        reserved = self._reserved = views[self._turn]
-        self._turn ^= 1
-        return reserved[0]
+        last, slots = self._last
+        if layout is not last:
+            slots = self._slots(layout)
+            self._last = (layout, slots)
+        if slots is None:
+            return None
+        turn = self._turn
+        self._turn = turn ^ 1
+        return slots[turn]
 
-    def _views_for(
-        self, shape: tuple[int, ...], dtype: np.dtype[Any]
-    ) -> tuple[tuple[np.ndarray[Any, Any], SharedArray], ...] | None:
+    def _slots(self, layout: tuple[tuple[int, ...], np.dtype[Any]]) -> tuple[Slot, ...] | None:
+        if layout in self._views:
+            return self._views[layout]
+        shape, dtype = layout
         nbytes = dtype.itemsize
         for d in shape:
             nbytes *= d
@@ -250,19 +261,16 @@ class ServerRegion:
             return None  # put() names the problem
         if probe.dtype != dtype:
             return None  # not the wire's byte order: put() converts it
-        views = []
+        slots = []
         for turn in (0, 1):
             offset = self._offset(turn)
             view: np.ndarray[Any, Any] = np.ndarray(shape, dtype, self._map, offset)
-            views.append((view, SharedArray(offset, code, tuple(shape))))
-        out = self._views[(shape, dtype)] = tuple(views)
+            slots.append(Slot(view, SharedArray(offset, code, tuple(shape))))
+        out = self._views[layout] = tuple(slots)
         return out
 
     def put(self, arr: np.ndarray[Any, Any]) -> SharedArray | None:
-        """Place `arr` in the next half of the region; None if it does not fit."""
-        reserved, self._reserved = self._reserved, None
-        if reserved is not None and arr is reserved[0]:
-            return reserved[1]  # written in place
+        """Copy `arr` into the next half of the region; None if it does not fit."""
         code, arr = wire_array(arr)
         if arr.nbytes > self._half:
             return None
@@ -282,7 +290,7 @@ class ServerRegion:
         return FIRST_PAGE + turn * self._half
 
     def close(self) -> None:
-        self._reserved = None
+        self._last = ((), None)
         self._views.clear()
         if not self._map.closed:
             # An array still viewing the region (a failed step's) keeps the

@@ -150,15 +150,11 @@ class Environment(abc.ABC):
 
     def snapshot(self) -> bytes:
         """An opaque snapshot of the episode, restorable with :meth:`restore`."""
-        raise InvalidState(
-            f"{type(self).__name__} does not support snapshots", code="unsupported"
-        )
+        raise InvalidState(f"{type(self).__name__} does not support snapshots", code="unsupported")
 
     def restore(self, snapshot: bytes) -> EnvResult:
         """Continue the episode from a snapshot; returns the observation there."""
-        raise InvalidState(
-            f"{type(self).__name__} does not support snapshots", code="unsupported"
-        )
+        raise InvalidState(f"{type(self).__name__} does not support snapshots", code="unsupported")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free the instance's resources. Called once, when the session ends."""

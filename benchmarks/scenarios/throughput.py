@@ -134,7 +134,7 @@ def run(ctx: Context) -> Section:
         "(same game, options and seed), measured in the same run: each point is the "
         f"fastest of {opts.rounds} timed windows on the same open sessions (after the warm "
         "pool refilled) over the fastest of the in-process runs made just before each of "
-        "those windows. With the split "
+        "those windows, on the server's core while the server idles. With the split "
         "placement the send/recv client spins on its own core (busy_poll "
         f"{PIPELINE_BUSY_POLL * 1e3:g} ms) instead of sleeping between replies."
     )
@@ -151,7 +151,9 @@ def _curve(ctx: Context, section: Section, placement: Placement, work: Workload)
     line: dict[int, float] = {}
 
     def reference() -> None:
-        references.append(latency_row(inprocess_steps(work))["steps_per_s"])
+        # On the server's core, idle between windows: the core whose work is compared.
+        with placement.server_side():
+            references.append(latency_row(inprocess_steps(work))["steps_per_s"])
 
     with our_server(placement) as server, placement.client_side():
         for mode, drive in MODES.items():

@@ -119,12 +119,6 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._poll: BusyPoll | None = None
-        if self.busy_poll > 0:
-            cls = type(self)
-            if cls.poller is None or cls.poller.loop is not self.loop:
-                cls.poller = BusyPoll(self.loop, self.busy_poll)
-            self._poll = cls.poller
         self._buf = b""
         self._slow = False  # everything goes through the websockets parser from now on
         self._deferred = False  # a call_soon to go on with buffered frames is pending
@@ -156,11 +150,6 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
     # ------------------------------------------------------------------ transport side
 
     def data_received(self, data: bytes) -> None:
-        self._receive(data)
-        if self._poll is not None:
-            self._poll.touch()
-
-    def _receive(self, data: bytes) -> None:
         if self._slow or not self.handshake_complete or self.close_sent:
             if self._buf:
                 data, self._buf = self._buf + data, b""
@@ -291,13 +280,30 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
         self.close_timer = self.loop.call_later(self.close_timeout, self.transport.close)
 
 
+class _BusyPolling(FastWebSocketProtocol):
+    """The protocol with its loop's :class:`BusyPoll` touched after every read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cls = type(self)
+        poller = cls.poller
+        if poller is None or poller.loop is not self.loop:
+            poller = cls.poller = BusyPoll(self.loop, self.busy_poll)
+        self._poller = poller
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._poller.touch()
+
+
 def busy_polling(window: float) -> type[FastWebSocketProtocol]:
     """The protocol class for a server that busy-polls `window` seconds after each message."""
     if not 0 <= window <= MAX_BUSY_POLL:
         raise ValueError(f"busy poll must be between 0 and {MAX_BUSY_POLL:g} seconds, got {window}")
     if window == 0:
         return FastWebSocketProtocol
-    return type("FastWebSocketProtocol", (FastWebSocketProtocol,), {"busy_poll": window})
+    # A class per server: each one's poller belongs to the loop that server runs on.
+    return type("FastWebSocketProtocol", (_BusyPolling,), {"busy_poll": window})
 
 
 #: Longest busy-poll window accepted, in seconds.

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._shm import MIN_SHARED_BYTES, ServerRegion
+from .._shm import MIN_SHARED_BYTES, ServerRegion, Slot
 from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
 from ..errors import OpenEnvError, ProtocolError
 from ..protocol import (
@@ -103,7 +103,8 @@ class ServerSession:
         #: The client's shared region for observations (SPEC section 17), if any.
         self.shared: ServerRegion | None = None
         # (shape, dtype) of the observations the environment writes into shared
-        # memory itself; () if it cannot; None until known.
+        # memory itself (one tuple, passed to the region as is); () if it cannot;
+        # None until known.
         self._into: tuple[Any, ...] | None = None
 
     # ------------------------------------------------------------------ entry points
@@ -209,21 +210,22 @@ class ServerSession:
         env = self.env
         assert env is not None
         shared = self.shared
-        out = None
+        slot = None
         if shared is not None and want_obs:
             into = self._into
             if into is None:
                 into = self._into = _obs_layout(env)
             if into:
-                out = shared.reserve(*into)
-        if out is None:
+                slot = shared.reserve(into)
+        if slot is None:
             result = env.step(action, obs=want_obs)
         else:  # the observation is written straight into shared memory
-            result = env.step(action, obs=True, out=out)  # type: ignore[call-arg]
+            result = env.step(action, obs=True, out=slot.view)  # type: ignore[call-arg]
         self.steps += 1
         done = result.terminated or result.truncated
-        self.machine.served("step", done=done)
-        return _result(rid, result, done, shared)
+        if done:  # a step that does not end the episode leaves the state as it is
+            self.machine.served("step", done=True)
+        return _result(rid, result, done, shared, slot)
 
     def _open(self, frame: Open) -> tuple[bytes, CloseRequest | None]:
         if frame.version not in SUPPORTED_VERSIONS:
@@ -281,10 +283,14 @@ def _obs_layout(env: Environment) -> tuple[Any, ...]:
     return ()
 
 
-def _result(rid: int, r: EnvResult, done: bool, shared: ServerRegion | None) -> bytes:
+def _result(
+    rid: int, r: EnvResult, done: bool, shared: ServerRegion | None, slot: Slot | None = None
+) -> bytes:
     obs: Any = r.obs
-    if shared is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_SHARED_BYTES:
-        obs = shared.put(obs) or obs  # a SharedArray, encoded as ext type 2
+    if slot is not None and obs is slot.view:
+        obs = slot.name  # written in place: a SharedArray, encoded as ext type 2
+    elif shared is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_SHARED_BYTES:
+        obs = shared.put(obs) or obs
     reward = r.reward
     return encode_result(
         rid,

@@ -250,28 +250,31 @@ def test_the_server_reuses_one_view_per_half_and_names_it_without_copying() -> N
     server = ServerRegion.attach(client.offer())
     try:
         layout = ((210, 160, 3), np.dtype(np.uint8))
-        first, second, third = (server.reserve(*layout) for _ in range(3))
+        first, second, third = (server.reserve(layout) for _ in range(3))
         assert first is not None and second is not None
         assert third is first and second is not first  # the halves take turns
+        # An equal layout that is another object finds the same slots.
+        assert server.reserve(((210, 160, 3), np.dtype(np.uint8))) is second
         frames = []
-        for view in (server.reserve(*layout), server.reserve(*layout)):
-            assert view is not None
+        for slot in (server.reserve(layout), server.reserve(layout)):
+            assert slot is not None
+            view = slot.view
             view[...] = np.random.default_rng(len(frames)).integers(0, 255, view.shape)
-            named = server.put(view)
-            assert named is not None and named.shape == (210, 160, 3)
-            np.testing.assert_array_equal(client.read(named.ext_payload()), view)
-            frames.append(named)
+            assert slot.name.shape == (210, 160, 3)
+            np.testing.assert_array_equal(client.read(slot.name.ext_payload()), view)
+            frames.append(slot.name)
         assert sorted(f.offset for f in frames)[0] == FIRST_PAGE
         assert frames[0].offset != frames[1].offset
-        # An array it did not hand out is copied into the next half.
+        # An array written elsewhere is copied into the next half.
         other = np.arange(5000, dtype=np.int32)
         copied = server.put(other)
         assert copied is not None and copied.offset == frames[0].offset
         np.testing.assert_array_equal(client.read(copied.ext_payload()), other)
-        # Too small to be worth it, or not in the wire's byte order: no view.
-        assert server.reserve((4, 4), np.dtype(np.uint8)) is None
-        assert server.reserve((64, 64), np.dtype(">u4")) is None
-        del first, second, third, view
+        # Too small to be worth it, or not in the wire's byte order: no slot.
+        assert server.reserve(((4, 4), np.dtype(np.uint8))) is None
+        assert server.reserve(((64, 64), np.dtype(">u4"))) is None
+        assert server.reserve(layout) is not None  # the cached layout still serves
+        del first, second, third, slot, view
     finally:
         server.close()
         client.close()
