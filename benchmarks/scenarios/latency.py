@@ -24,7 +24,14 @@ from ..measure import (
 from ..servers import our_server, settle
 from ..suite import Column, Context, Section, scenario
 
-__all__ = ["KEY_COLUMNS", "LATENCY_COLUMNS", "PERCENTILE_COLUMNS", "compare_row", "remote_steps"]
+__all__ = [
+    "KEY_COLUMNS",
+    "LATENCY_COLUMNS",
+    "PERCENTILE_COLUMNS",
+    "compare_row",
+    "polling_pays",
+    "remote_steps",
+]
 
 #: Which measurement a row is.
 KEY_COLUMNS = [
@@ -97,11 +104,15 @@ CLIENTS: dict[str, Callable[[str, Workload], np.ndarray[Any, Any]]] = {
 SERVER_ARGS = {"sync-poll": ("--busy-poll", str(BUSY_POLL))}
 
 
-def clients_for(placement: Placement, clients: tuple[str, ...]) -> list[str]:
-    """The clients measured at `placement`: busy polling only where each side has its own
+def polling_pays(placement: Placement) -> bool:
+    """Whether busy polling is measured at `placement`: only where each side has its own
     core (on a shared core the polling server would take the core from the client)."""
-    split = placement.server is not None and placement.server != placement.client
-    return [c for c in clients if split or c not in SERVER_ARGS]
+    return placement.server is not None and placement.server != placement.client
+
+
+def clients_for(placement: Placement, clients: tuple[str, ...]) -> list[str]:
+    """The clients measured at `placement` (see :func:`polling_pays`)."""
+    return [c for c in clients if polling_pays(placement) or c not in SERVER_ARGS]
 
 
 def remote_steps(client: str, url: str, work: Workload) -> np.ndarray[Any, Any]:

@@ -22,7 +22,14 @@ from ..measure import (
 )
 from ..servers import PeerServer, PeerUnavailable, our_server, serve_supports, settle
 from ..suite import Column, Context, Section, scenario
-from .latency import KEY_COLUMNS, PERCENTILE_COLUMNS, sync_steps
+from .latency import (
+    CLIENTS,
+    KEY_COLUMNS,
+    PERCENTILE_COLUMNS,
+    SERVER_ARGS,
+    polling_pays,
+    sync_steps,
+)
 
 __all__: list[str] = []
 
@@ -34,6 +41,7 @@ COLUMNS = [
     *PERCENTILE_COLUMNS,
     Column("steps_per_s", "steps/s", ",.0f"),
     Column("ours_x", "openenv-ws speed-up", ",.1f"),
+    Column("poll_x", "speed-up, busy poll", ",.1f"),
     Column("vs_inprocess", "vs in-process", ".3f"),
     Column("note", "note"),
 ]
@@ -107,9 +115,11 @@ def run(ctx: Context) -> Section:
         ctx.workload(game, obs, opts.peer_steps) for game in opts.games for obs in opts.obs_types
     ]
     # Phases per workload and placement: in-process, ours, OpenEnv client on ours, OpenEnv WS,
-    # HTTP, and OpenEnv WS without PNG on RGB.
-    phases = sum(6 if w.obs_type == "rgb" else 5 for w in works)
-    ctx.progress.start(section.title, phases * len(placements))
+    # HTTP, OpenEnv WS without PNG on RGB, and ours busy-polling on split cores.
+    phases = sum(
+        (6 if w.obs_type == "rgb" else 5) + polling_pays(p) for w in works for p in placements
+    )
+    ctx.progress.start(section.title, phases)
     version = _peer_version()
     for placement in placements:
         with our_server(placement) as server, placement.client_side():
@@ -126,6 +136,11 @@ def run(ctx: Context) -> Section:
     section.notes.append(
         "openenv-ws speed-up: openenv-ws sync client steps/s over the row's steps/s, both "
         "measured in this run with the same server placement."
+    )
+    section.notes.append(
+        "speed-up, busy poll (split cores only): the same for openenv-ws sync-poll, the sync "
+        "client and a server that both busy-poll (client busy_poll, server --busy-poll) "
+        "instead of sleeping between messages, each on its own core."
     )
     section.notes.append(
         "OpenEnv's HTTP `/step` builds a new environment (ROM load) for every call and ignores "
@@ -149,6 +164,12 @@ def _one_workload(
     reference = latency_row(inprocess_steps(work))
     ctx.progress.phase(f"openenv-ws sync {work.label()}")
     ours = latency_row(sync_steps(server.url, work))
+    polled = None
+    if polling_pays(placement):
+        ctx.progress.phase(f"openenv-ws sync-poll {work.label()}")
+        with our_server(placement, SERVER_ARGS["sync-poll"]) as polling:
+            settle(polling)
+            polled = latency_row(CLIENTS["sync-poll"](polling.url, work))
 
     def add(path: str, stats: dict[str, float] | None, steps: int, note: str = "") -> None:
         row = {**base, "path": path, "steps": steps, "note": note}
@@ -156,6 +177,8 @@ def _one_workload(
             row.update(stats)
             if stats is not reference:
                 row["ours_x"] = ours["steps_per_s"] / stats["steps_per_s"]
+                if polled is not None:
+                    row["poll_x"] = polled["steps_per_s"] / stats["steps_per_s"]
             row["vs_inprocess"] = stats["steps_per_s"] / reference["steps_per_s"]
         section.add(**row)
 
@@ -165,6 +188,8 @@ def _one_workload(
 
     add("in-process", reference, len(work.actions))
     add("openenv-ws sync", ours, len(work.actions))
+    if polled is not None:
+        add("openenv-ws sync-poll", polled, len(work.actions))
     ctx.progress.phase(f"OpenEnv client on openenv-ws {work.label()}")
     if serve_supports("--openenv-config"):
         # OpenEnv's unchanged client against our server (its JSON dialect on the same /ws).

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from benchmarks.measure import Placement
+from benchmarks.scenarios.latency import polling_pays
 from benchmarks.servers import serve_supports, supports_pool
 from benchmarks.suite import SCENARIOS
 
@@ -120,9 +121,15 @@ def test_peer_rows_have_numbers_and_ratios(run: dict[str, Any]) -> None:
             paths = ["openenv-ws sync", "OpenEnv WS", "OpenEnv HTTP /step"]
             if serve_supports("--openenv-config"):
                 paths.append("OpenEnv WS client → openenv-ws")
+            polling = polling_pays(Placement.named("split")) and where == placements[0]
             for path in paths:
                 row = by_path[(obs, path, where)]
                 _positive(row, "steps", "p50_us", "steps_per_s", "ours_x", "vs_inprocess")
+                # Busy polling is compared on split cores only.
+                assert ("poll_x" in row) == polling, (path, where)
+                if polling:
+                    _positive(row, "poll_x")
+            assert ((obs, "openenv-ws sync-poll", where) in by_path) == polling
             assert by_path[(obs, "OpenEnv HTTP /step", where)]["steps"] == 3
         _positive(by_path[("rgb", "OpenEnv WS, no PNG", where)], "steps_per_s", "ours_x")
     # One latency line per path in the plot's samples: the first placement's.
