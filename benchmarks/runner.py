@@ -124,7 +124,12 @@ def options_from(args: argparse.Namespace) -> Options:
 
 
 class RichProgress(Progress):
-    """Progress bars with rich: one bar per scenario, its current phase as the label."""
+    """Progress bars with rich: one bar per scenario, its current phase as the label.
+
+    Redrawn only when a phase starts: rich's own refresh thread would take the
+    interpreter lock from the measuring client every 100 ms (a client that
+    busy-polls held it back for milliseconds at a time).
+    """
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -140,6 +145,7 @@ class RichProgress(Progress):
             TextColumn("{task.description}"),
             console=self.console,
             transient=False,
+            auto_refresh=False,
         )
         self.bars.start()
         self.task: Any = None
@@ -156,6 +162,7 @@ class RichProgress(Progress):
             self.bars.advance(self.task)
         self.started = True
         self.bars.update(self.task, description=label)
+        self.bars.refresh()
 
     def log(self, message: str) -> None:
         self.bars.console.print(message)
@@ -164,6 +171,7 @@ class RichProgress(Progress):
         if self.task is not None:
             total = self.bars.tasks[-1].total or 0
             self.bars.update(self.task, completed=total, description="done")
+            self.bars.refresh()
             self.task = None
 
     def close(self) -> None:
