@@ -54,16 +54,15 @@ def _json_config(text: str, flag: str) -> dict[str, Any]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import ServerLimits, bind_socket, create_app, uvicorn_config
-    from .server._fastws import MAX_BUSY_POLL
+    from .server._fastws import busy_poll_problem
     from .server.auth import TOKEN_ENV, exposure_warning
     from .server.drain import DrainingServer
     from .server.workers import WorkerBoard, reserve_port, run_workers
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    if not 0 <= args.busy_poll <= MAX_BUSY_POLL:
-        raise SystemExit(
-            f"--busy-poll must be between 0 and {MAX_BUSY_POLL:g} seconds, got {args.busy_poll}"
-        )
+    problem = busy_poll_problem(args.busy_poll)
+    if problem is not None:
+        raise SystemExit(f"--busy-poll {problem}")
     limits = ServerLimits(
         max_sessions=args.max_sessions,
         max_frame_size=args.max_frame_size,

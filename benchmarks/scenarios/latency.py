@@ -163,17 +163,17 @@ def _one_placement(
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(our_server(placement))
         urls = {c: server.url for c in clients}
-        others = [server]
+        servers = [server]
         for client in clients:
             if client in SERVER_ARGS:
                 own = stack.enter_context(our_server(placement, SERVER_ARGS[client]))
                 urls[client] = own.url
-                others.append(own)
+                servers.append(own)
         stack.enter_context(placement.client_side())
         for work in works:
             base = {"game": work.game, "obs": work.obs_type, "placement": placement.name}
             ctx.progress.phase(f"in-process {work.label()} [{placement.name}]")
-            for each in others:
+            for each in servers:
                 settle(each)
             ref_samples = best_of(opts.rounds, partial(inprocess_steps, work))
             reference = latency_row(ref_samples)

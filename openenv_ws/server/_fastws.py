@@ -53,7 +53,7 @@ try:
 except ImportError:  # pragma: no cover - websockets built without its C extension
     from websockets.utils import apply_mask
 
-__all__ = ["DIRECT", "BusyPoll", "FastWebSocketProtocol", "busy_polling"]
+__all__ = ["DIRECT", "BusyPoll", "FastWebSocketProtocol", "busy_poll_problem", "busy_polling"]
 
 #: Scope extension under which the protocol offers direct handling.
 DIRECT = "openenv_ws.direct"
@@ -296,10 +296,18 @@ class _BusyPolling(FastWebSocketProtocol):
         self._poller.touch()
 
 
+def busy_poll_problem(window: float) -> str | None:
+    """What is wrong with `window` as a busy-poll window, or None if it is fine."""
+    if 0 <= window <= MAX_BUSY_POLL:
+        return None
+    return f"must be between 0 and {MAX_BUSY_POLL:g} seconds, got {window}"
+
+
 def busy_polling(window: float) -> type[FastWebSocketProtocol]:
     """The protocol class for a server that busy-polls `window` seconds after each message."""
-    if not 0 <= window <= MAX_BUSY_POLL:
-        raise ValueError(f"busy poll must be between 0 and {MAX_BUSY_POLL:g} seconds, got {window}")
+    problem = busy_poll_problem(window)
+    if problem is not None:
+        raise ValueError(f"busy poll {problem}")
     if window == 0:
         return FastWebSocketProtocol
     # A class per server: each one's poller belongs to the loop that server runs on.
