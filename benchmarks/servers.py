@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from openenv_ws.providers import LocalServerProvider
+from openenv_ws.providers._base import read_output
 from openenv_ws.providers.local import _die_with_parent
 
 from .measure import Placement
@@ -142,8 +143,7 @@ class PeerServer:
     def output(self) -> str:
         if self._log is None:
             return ""
-        self._log.seek(0)
-        return self._log.read().decode("utf-8", "replace")
+        return read_output(self._log)
 
     def __enter__(self) -> PeerServer:
         self._log = tempfile.TemporaryFile()

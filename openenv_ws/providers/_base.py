@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import http.client
 import json
-from typing import Any, Protocol, runtime_checkable
+import os
+from typing import IO, Any, Protocol, runtime_checkable
 
-__all__ = ["ServerProvider", "fetch_health", "http_base"]
+__all__ = ["ServerProvider", "fetch_health", "http_base", "read_output"]
 
 
 @runtime_checkable
@@ -50,3 +51,14 @@ def fetch_health(host: str, port: int, *, timeout: float) -> dict[str, Any] | No
         return None
     finally:
         conn.close()
+
+
+def read_output(log: IO[bytes]) -> str:
+    """All a child process has written so far to ``log``, the file that is its stdout.
+
+    The child shares the file's offset: seeking it to read would make the child's
+    next write land at the start and overwrite what was there (a ready line lost
+    this way looks like a server that never started). ``pread`` leaves it alone.
+    """
+    fd = log.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from ..errors import ServerUnavailable
-from ._base import fetch_health, http_base
+from ._base import fetch_health, http_base, read_output
 
 __all__ = ["LocalServerProvider"]
 
@@ -152,8 +152,7 @@ class LocalServerProvider:
 
     def _output(self) -> str:
         assert self._log is not None
-        self._log.seek(0)
-        return self._log.read().decode("utf-8", "replace")
+        return read_output(self._log)
 
     def _wait_ready(self) -> None:
         assert self.process is not None

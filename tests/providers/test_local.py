@@ -8,6 +8,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from atari import AtariEnv
 from openenv_ws import RemoteEnvError, ServerUnavailable
 from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
+from openenv_ws.providers._base import read_output
 
 from ..conftest import UNIT
 from ._procs import alive, children, descendants, wait_dead
@@ -34,6 +36,7 @@ CHILD_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 PARENT = r"""
 import subprocess, sys, threading
 from openenv_ws.providers import LocalServerProvider
+from openenv_ws.providers._base import read_output
 
 mode, stop_timeout, *args = sys.argv[1:]
 box = []
@@ -217,3 +220,20 @@ def test_a_server_started_by_a_finished_thread_keeps_running() -> None:
         time.sleep(0.1 * UNIT)  # PDEATHSIG, had it been armed, would have fired by now
         assert provider.pid is not None and alive(provider.pid)
         roundtrip(provider.port or 0)
+
+
+def test_reading_a_servers_output_never_costs_it_a_line(tmp_path: Path) -> None:
+    """The child shares the log's offset: reads while it writes must leave every line whole."""
+    lines = 3000
+    writer = "import sys\nfor i in range(LINES):\n    sys.stdout.write(f'line {i:05d}\\n'); sys.stdout.flush()\n"
+    with tempfile.TemporaryFile() as log:
+        child = subprocess.Popen(
+            [sys.executable, "-c", writer.replace("LINES", str(lines))], stdout=log
+        )
+        reads = 0
+        while child.poll() is None:
+            read_output(log)
+            reads += 1
+        assert child.wait() == 0
+        expected = "".join(f"line {i:05d}\n" for i in range(lines))
+        assert read_output(log) == expected, f"after {reads} reads while the child wrote"

@@ -56,6 +56,7 @@ from openenv_ws.protocol import (
     decode_server_frame,
     encode,
 )
+from openenv_ws.providers._base import read_output
 from openenv_ws.server import ServerLimits, SessionRegistry
 from openenv_ws.server.reliability import Link, SupervisedSession, Supervisor
 from openenv_ws.testing import FakeEnvironment, fake_factory
@@ -95,9 +96,7 @@ class Live:
     log: Any
 
     def output(self) -> str:
-        self.log.seek(0)
-        text: str = self.log.read().decode("utf-8", "replace")
-        return text
+        return read_output(self.log)
 
 
 @pytest.fixture(scope="module")
