@@ -288,14 +288,37 @@ class AtariEnvironment(Environment):
                 "difficulties": list(self._difficulties),
             },
         )
+        self._as_built()
+
+    def _as_built(self) -> None:
+        """The episode bookkeeping of a new instance: no episode, nothing recorded."""
         self._steps = 0
         self._episode_id: str | None = None
         self._running = False
         # After a restore the emulator's screen buffer is stale until the next frame.
         self._restored_screen: np.ndarray[Any, Any] | None = None
-        self._repeats = _RepeatTracker(cfg["repeat_action_probability"], self._skip)
+        self._repeats = _RepeatTracker(self._config["repeat_action_probability"], self._skip)
         self._record_action = self._repeats.actions.append
         self._record_frames = self._repeats.frames.append
+
+    def recycle(self) -> bool:
+        """Back to the state the constructor leaves, without loading the ROM again.
+
+        The emulator gets the state a load leaves for new random seeds (as a
+        seeded reset does, see :class:`_PostLoadState`), so the next session
+        cannot tell it from a new instance. False after close, or for the games
+        whose load state cannot be rebuilt (they are loaded anew instead).
+        """
+        ale = self._ale
+        if ale is None or self._post_load is None:
+            return False
+        seeds = self._seed_game(None)
+        if seeds[1] == _CLOCK_SEED:  # ALE would seed from the clock: only a load does that
+            return False
+        ale.restoreState(self._post_load.state(seeds[1]))
+        self._apply_mode()
+        self._as_built()
+        return True
 
     # ------------------------------------------------------------------ setup
 

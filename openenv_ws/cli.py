@@ -137,7 +137,7 @@ def _warm_pool(args: argparse.Namespace, factory: EnvFactory) -> Any:
 
         key = normalized_key(normalize_config)
         warm = warm or [{}]
-    return WarmPool(factory, size=args.pool_size, key=key, warm=warm)
+    return WarmPool(factory, size=args.pool_size, key=key, warm=warm, recycle=args.pool_recycle)
 
 
 def _pong_policy(frame: Any) -> int:
@@ -310,6 +310,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="JSON",
         help="a config to keep warm from the start (repeatable; atari default: '{}')",
+    )
+    serve.add_argument(
+        "--no-pool-recycle",
+        dest="pool_recycle",
+        action="store_false",
+        help="hand out only never-used environments (default: a session's environment goes "
+        "back to the pool when it ends, reset to its as-built state, so no ROM is loaded)",
     )
     serve.set_defaults(func=cmd_serve)
 

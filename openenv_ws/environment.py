@@ -156,6 +156,19 @@ class Environment(abc.ABC):
         """Continue the episode from a snapshot; returns the observation there."""
         raise InvalidState(f"{type(self).__name__} does not support snapshots", code="unsupported")
 
+    def recycle(self) -> bool:
+        """Return to the state a new instance of this configuration starts in, for the
+        next session; False if it cannot (the caller then closes it).
+
+        A warm pool (:mod:`openenv_ws.server.pool`) calls this when a session
+        ends, so that the next session of the same configuration skips the
+        build (for Atari, a ROM load). The next session must not be able to
+        tell: no episode running, counters at zero, generators freshly seeded
+        at random. Not called on an instance that raised an unexpected error.
+        The default cannot.
+        """
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free the instance's resources. Called once, when the session ends."""
 

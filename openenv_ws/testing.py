@@ -54,11 +54,18 @@ class FakeEnvironment(Environment):
             observation=ArraySpec(self._shape, "uint8", 0, 255),
             extra={"env": "fake", "config": config},
         )
+        self._as_built()
+
+    def _as_built(self) -> None:
         self._seed = 0
         self._steps = 0
         self._total = 0
         self._episode_id: str | None = None
         self._last_action = 0
+
+    def recycle(self) -> bool:
+        self._as_built()
+        return True
 
     @property
     def spec(self) -> EnvSpec:

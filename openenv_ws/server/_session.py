@@ -64,12 +64,20 @@ class ServerSession:
         admit: called on ``open`` with this session; returns an error code
             (e.g. ``capacity``) and message to refuse it, or None to admit it.
         release: called once with this session when an admitted session ends.
+
+    When the session ends, its environment is closed, or handed to the
+    factory's ``give_back(config, env)`` if it has one (a
+    :class:`~openenv_ws.server.pool.WarmPool` does) and the environment never
+    raised an unexpected error.
     """
 
     __slots__ = (
         "_admit",
         "_admitted",
+        "_broken",
+        "_config",
         "_factory",
+        "_give_back",
         "_into",
         "_max_frame_size",
         "_release",
@@ -90,6 +98,11 @@ class ServerSession:
         release: Callable[[ServerSession], None] | None = None,
     ) -> None:
         self._factory = env_factory
+        self._give_back: Callable[[dict[str, Any], Environment], None] | None = getattr(
+            env_factory, "give_back", None
+        )
+        self._config: dict[str, Any] = {}
+        self._broken = False  # the environment raised an unexpected error: never reuse it
         self._max_frame_size = max_frame_size
         self._admit = admit
         self._release = release
@@ -133,6 +146,7 @@ class ServerSession:
             code = exc.code if exc.code in ERRORS else "internal"
             return self._error(rid, code, str(exc))
         except Exception as exc:
+            self._broken = True
             logger.exception("session %s: environment failed on '%s'", self.session_id, op)
             return self._error(
                 rid,
@@ -162,8 +176,12 @@ class ServerSession:
         self.machine.closed()
         env, self.env = self.env, None
         if env is not None:
+            give_back = self._give_back
             try:
-                env.close()
+                if give_back is not None and not self._broken:
+                    give_back(self._config, env)
+                else:
+                    env.close()
             except Exception:
                 logger.exception("session %s: environment close failed", self.session_id)
         self._leave()
@@ -240,6 +258,7 @@ class ServerSession:
             if refusal is not None:
                 return self._error(frame.id, *refusal)
             self._admitted = True
+        self._config = dict(frame.config)
         try:
             self.env = self._factory(dict(frame.config))
         except BaseException:

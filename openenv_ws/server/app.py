@@ -207,7 +207,8 @@ def create_app(
         routes and, with `web`, the page's routes (see :mod:`openenv_ws.web`).
     """
     registry = SessionRegistry(limits or ServerLimits())
-    session_factory = pool.factory if pool is not None else env_factory
+    # A pool as the factory: sessions also give their environments back to it.
+    session_factory: EnvFactory = pool if pool is not None else env_factory
     supervisor = Supervisor(session_factory, registry, token=token)
     metrics = supervisor.metrics
     if workers is not None:

@@ -4,9 +4,15 @@ Building an environment can be slow (an Atari ROM load takes ~0.1 s), and a
 session waits for it before its first observation. A :class:`WarmPool` keeps
 up to ``size`` unused environments per configuration key and rebuilds them
 on a background thread as sessions take them, so ``open`` costs a dictionary
-lookup. Only never-used environments are handed out: a pooled environment is
-exactly what the factory would have built at that moment, so resets behave
-the same whether a session got a pooled or a fresh one.
+lookup. A pooled environment is exactly what the factory would have built at
+that moment, so resets behave the same whether a session got a pooled or a
+fresh one: either it was never used, or a session gave it back when it ended
+(:meth:`WarmPool.give_back`) and it returned to that state itself
+(:meth:`Environment.recycle`, which for Atari restores the post-load state
+with new random seeds instead of loading the ROM again). Environments given
+back are what keep the pool full while sessions come and go (one per
+episode): the background builds, each of which pauses the event loop, are
+then only needed when more sessions run at once than ever before.
 
 Which configurations are kept warm: those given as ``warm`` up front, plus
 every configuration a session opens (the first session of a new
@@ -75,9 +81,12 @@ class WarmPool:
             the pool builds again. A build that holds the GIL (an ale-py ROM
             load) pauses the event loop, so it waits until a burst of opens
             (and the first requests of those sessions) is over.
+        recycle: take back the environments of sessions that end (see
+            :meth:`give_back`); False hands out only never-used ones.
 
-    Use :meth:`factory` where an :data:`~openenv_ws.environment.EnvFactory`
-    is expected; call :meth:`start` once serving starts and :meth:`close` at
+    Use the pool (or :meth:`factory`) where an :data:`~openenv_ws.environment.EnvFactory`
+    is expected; sessions made with the pool itself give their environments
+    back to it. Call :meth:`start` once serving starts and :meth:`close` at
     shutdown (the refill thread also starts on first use).
     """
 
@@ -90,6 +99,7 @@ class WarmPool:
         warm: Iterable[Mapping[str, Any]] = (),
         max_keys: int = 8,
         refill_delay: float = 1.0,
+        recycle: bool = True,
     ) -> None:
         if size < 0 or max_keys < 1:
             raise ValueError(f"size must be >= 0 and max_keys >= 1, got {size} and {max_keys}")
@@ -97,6 +107,7 @@ class WarmPool:
         self.size = size
         self.max_keys = max_keys
         self.refill_delay = refill_delay
+        self.recycle = recycle
         self._last_take = -float("inf")
         self._key = key or json_key
         self._lock = threading.Condition()
@@ -109,6 +120,7 @@ class WarmPool:
         self.misses = 0
         self.built = 0
         self.failed = 0
+        self.recycled = 0
         for config in warm:
             self._want(dict(config))
 
@@ -135,6 +147,34 @@ class WarmPool:
                 if env is not None:
                     return env
         return self._build(config)
+
+    __call__ = factory
+
+    def give_back(self, config: Mapping[str, Any], env: Environment) -> None:
+        """Take back the environment of a session that ended normally with `config`.
+
+        It is kept warm if its configuration has room for one and it recycles
+        (:meth:`Environment.recycle`); otherwise it is closed. Never raises.
+        """
+        if self._room(config) and _recycled(env):
+            with self._lock:
+                entry = self._keys.get(self._key(config))
+                if not self._closed and entry is not None and len(entry[1]) < self.size:
+                    entry[1].append(env)
+                    self.recycled += 1
+                    return
+        _close_all([env])
+
+    def _room(self, config: Mapping[str, Any]) -> bool:
+        if not self.recycle or not self.size or self._closed:
+            return False
+        try:
+            key = self._key(config)
+        except Exception:  # noqa: BLE001 - not a poolable config
+            return False
+        with self._lock:
+            entry = self._keys.get(key)
+            return entry is not None and len(entry[1]) < self.size
 
     def _want(
         self, config: dict[str, Any], key: Hashable | None = None
@@ -235,7 +275,7 @@ class WarmPool:
         return False
 
     def stats(self) -> dict[str, Any]:
-        """Counters for ``/health``: size, ready, configurations, hits, misses, builds."""
+        """Counters for ``/health``: size, ready, configurations, hits, misses, builds, recycled."""
         with self._lock:
             return {
                 "size": self.size,
@@ -245,6 +285,7 @@ class WarmPool:
                 "misses": self.misses,
                 "built": self.built,
                 "failed": self.failed,
+                "recycled": self.recycled,
             }
 
     def close(self) -> None:
@@ -259,6 +300,14 @@ class WarmPool:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
         _close_all(leftovers)
+
+
+def _recycled(env: Environment) -> bool:
+    try:
+        return env.recycle()
+    except Exception:  # an environment that cannot recycle is closed instead
+        logger.warning("warm pool: recycling an environment failed; closing it", exc_info=True)
+        return False
 
 
 def _close_all(envs: list[Environment]) -> None:

@@ -1,6 +1,7 @@
 """The standalone server-efficiency scripts run to the end and print their table.
 
 ``benchmarks/bench_vector.py`` (16 pipelined sessions against in-process ALE),
+``benchmarks/bench_churn.py`` (sessions coming and going next to one that steps),
 ``benchmarks/bench_frame_cache.py`` (what writing frames into shared regions
 costs the emulator) and ``benchmarks/bench_ale_inprocess.py`` (the
 environment wrapper's own cost) back figures quoted in the README; a short
@@ -72,3 +73,25 @@ def test_bench_ale_inprocess_prints_the_wrapper_cost() -> None:
         assert float(row.group(1)) > 0
     for name in ("raw loop (idle)", "env.step (idle)"):
         assert re.search(rf"^{re.escape(name)}\s+{NUMBER} ns", out, re.M), f"no {name!r}:\n{out}"
+
+
+def test_bench_churn_prints_each_server_and_its_rom_loads() -> None:
+    _two_cores()
+    out = _run("bench_churn.py", "--steps", "300", "--episode", "20")
+    names = [
+        "in-process step (reference)",
+        "pool, recycling, no churn (reference)",
+        "no pool, churn",
+        "pool, no recycling, churn",
+        "pool, recycling, churn",
+    ]
+    rows = {}
+    for name in names:
+        row = re.search(rf"^{re.escape(name)}((?:\s+{NUMBER}){{8}})$", out, re.M)
+        assert row is not None, f"no row for {name!r}:\n{out}"
+        rows[name] = [float(v) for v in row.group(1).split()]
+        assert all(v > 0 for v in rows[name][:3])  # p50, p99, max
+    # ROM loads are counts, not timings: without a pool every churned session loads one
+    # (and one still open when the steady session ends may have loaded too).
+    no_pool = rows["no pool, churn"]
+    assert no_pool[5] > 0 and no_pool[7] >= 100, out

@@ -7,11 +7,12 @@ from typing import Any
 
 import ale_py
 import gymnasium
+import numpy as np
 import pytest
 
 from atari import AtariEnvironment, atari_factory, normalize_config
 from openenv_ws.environment import Environment
-from openenv_ws.errors import EnvConfigError
+from openenv_ws.errors import EnvConfigError, InvalidState
 from openenv_ws.server.pool import WarmPool, json_key, normalized_key
 from openenv_ws.testing import FakeEnvironment
 
@@ -63,6 +64,7 @@ def test_pooled_environments_are_prebuilt_handed_out_once_and_refilled() -> None
             "misses": 0,
             "built": 0,
             "failed": 0,
+            "recycled": 0,
         }
     finally:
         pool.close()
@@ -147,3 +149,112 @@ def test_refills_wait_for_a_quiet_moment() -> None:
         assert len(factory.built) == 1 and pool.stats()["ready"] == 0
     finally:
         pool.close()
+
+
+class NoRecycling(FakeEnvironment):
+    def recycle(self) -> bool:
+        return False
+
+
+class RecyclingFails(FakeEnvironment):
+    def recycle(self) -> bool:
+        raise RuntimeError("cannot")
+
+
+def test_environments_given_back_are_recycled_and_handed_out_again() -> None:
+    factory = CountingFactory()
+    pool = WarmPool(factory, size=1, refill_delay=3600)
+    config = {"n_actions": 3}
+    try:
+        env = pool(config)  # a miss: built here
+        env.reset(seed=9)
+        env.step(2)
+        pool.give_back(config, env)
+        assert pool.stats()["recycled"] == 1 and pool.ready(config) == 1
+        again = pool(config)
+        assert again is env and pool.stats()["hits"] == 1
+        assert again.state() == {"episode_id": None, "step_count": 0, "seed": 0}  # as built
+        assert len(factory.built) == 1 and factory.closed == []
+
+        pool.give_back(config, again)
+        spare = factory(config)
+        pool.give_back(config, spare)  # no room left: closed
+        assert factory.closed == [spare] and pool.ready(config) == 1
+        stranger = factory({"n_actions": 5})
+        pool.give_back({"n_actions": 5}, stranger)  # a configuration nobody opened
+        assert factory.closed[-1] is stranger
+        pool.give_back({"n_actions": 0}, factory(config))  # a config the key refuses
+        assert len(factory.closed) == 3
+    finally:
+        pool.close()
+    assert factory.closed[-1] is env  # the recycled one was unused again
+    late = factory(config)
+    pool.give_back(config, late)  # after close: closed
+    assert factory.closed[-1] is late
+
+
+@pytest.mark.parametrize(
+    ("kind", "recycle"),
+    [(NoRecycling, True), (RecyclingFails, True), (FakeEnvironment, False)],
+    ids=["cannot", "raises", "pool-without-recycling"],
+)
+def test_environments_that_do_not_recycle_are_closed(
+    kind: type[FakeEnvironment], recycle: bool
+) -> None:
+    closed: list[Environment] = []
+    pool = WarmPool(kind, size=2, refill_delay=3600, recycle=recycle)
+    try:
+        env = pool({})
+        env.close = lambda: closed.append(env)  # type: ignore[method-assign]
+        pool.give_back({}, env)
+        assert closed == [env] and pool.ready({}) == 0 and pool.stats()["recycled"] == 0
+    finally:
+        pool.close()
+
+
+_RECYCLE_CONFIGS = [
+    {"game": "pong", "obs_type": "rgb"},
+    {"game": "breakout", "obs_type": "grayscale", "mode": 4, "difficulty": 1},
+    {"game": "pong", "obs_type": "ram", "frameskip": [2, 5], "max_episode_steps": 150},
+]
+
+
+def _episode(env: AtariEnvironment, seed: int, steps: int) -> list[Any]:
+    first = env.reset(seed=seed)
+    out: list[Any] = [first.obs.tobytes(), sorted(first.info.items())]
+    n = env.spec.action.n
+    for action in np.random.default_rng(seed).integers(0, n, steps).tolist():
+        r = env.step(action)
+        out.append((r.obs.tobytes(), r.reward, r.terminated, r.truncated, sorted(r.info.items())))
+        if r.done:
+            r = env.reset()
+            out.append(("reset", len(r.info)))
+    return out
+
+
+@pytest.mark.parametrize("config", _RECYCLE_CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
+def test_a_recycled_emulator_plays_exactly_like_a_new_one(config: dict[str, Any]) -> None:
+    used = AtariEnvironment(config)
+    _episode(used, 3, 120)
+    used.snapshot()
+    used.restore(used.snapshot())
+    used.step(1)
+    before = used._rng.bit_generator.state
+    assert used.recycle()
+    assert used._rng.bit_generator.state != before  # new random seeds, like a new instance
+    assert used.state()["step_count"] == 0 and used.state()["episode_id"] is None
+    with pytest.raises(InvalidState) as info:
+        used.step(0)
+    assert info.value.code == "not_reset"
+    assert used.spec == AtariEnvironment(config).spec
+    fresh = AtariEnvironment(config)
+    assert _episode(used, 11, 200) == _episode(fresh, 11, 200)
+    used.close(), fresh.close()
+    assert not used.recycle()  # closed: nothing to recycle
+
+
+def test_games_whose_load_state_cannot_be_rebuilt_do_not_recycle() -> None:
+    env = AtariEnvironment({"game": "berzerk", "obs_type": "ram"})
+    assert env._post_load is None  # its load presses buttons, drawing from the generator
+    assert not env.recycle()
+    env.close()

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
+from typing import Any, ClassVar
 
 import ale_py
 import gymnasium
 import pytest
 
 from atari import AtariEnv, atari_factory, normalize_config
+from openenv_ws.client import EnvClient, HTTPEnvClient
 from openenv_ws.errors import RemoteEnvError
 from openenv_ws.gym import RemoteEnv
+from openenv_ws.providers import LocalServerProvider
 from openenv_ws.server import ServerThread, create_app
 from openenv_ws.server.pool import WarmPool, normalized_key
+from openenv_ws.testing import FakeEnvironment
 
 from ..conftest import UNIT
 from ..gym.rollout import assert_same_rollouts, play
@@ -45,3 +50,73 @@ def test_pooled_atari_sessions_match_gymnasium_over_the_wire() -> None:
         assert info.value.code == "bad_config" and "mode" in info.value.message
     gym_env.close()
     assert pool.ready() == 0  # closed with the app
+
+
+def _wait_for(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + 10 * UNIT
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not reached"
+        time.sleep(0.01)
+
+
+def test_one_session_per_episode_reuses_one_emulator() -> None:
+    """Sessions that end give their emulators back: the next one loads no ROM and
+    plays exactly like a fresh emulator (gymnasium's)."""
+    pool = WarmPool(atari_factory, size=1, key=normalized_key(normalize_config), refill_delay=3600)
+    app = create_app(atari_factory, pool=pool)
+    gym_env = gymnasium.make("ALE/Breakout-v5", repeat_action_probability=0.25)
+    want = play(gym_env, 5, 250)
+    with ServerThread(app) as server:
+        for episode in range(3):
+            remote = RemoteEnv(server.url, config={"game": "breakout"})
+            assert_same_rollouts(play(remote, 5, 250), want)
+            remote.close()
+            _wait_for(lambda n=episode: pool.stats()["recycled"] == n + 1, "the give-back")
+        stats = pool.stats()
+        assert (stats["misses"], stats["hits"], stats["built"]) == (1, 2, 0)  # one ROM load
+        with urllib.request.urlopen(f"{server.http_url}/health", timeout=5 * UNIT) as reply:
+            assert json.loads(reply.read())["pool"]["recycled"] == 3
+    gym_env.close()
+
+
+class Tracked(FakeEnvironment):
+    closed: ClassVar[list[Tracked]] = []
+
+    def close(self) -> None:
+        Tracked.closed.append(self)
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+def test_an_environment_that_failed_is_closed_not_recycled(transport: str) -> None:
+    Tracked.closed.clear()
+    pool = WarmPool(Tracked, size=2, refill_delay=3600)
+    with ServerThread(create_app(Tracked, pool=pool)) as server:
+        client = EnvClient if transport == "ws" else HTTPEnvClient
+        url = server.url if transport == "ws" else server.http_url
+        env = client(url, config={"fail_at_step": 2})
+        env.reset()
+        env.step(0)
+        with pytest.raises(RemoteEnvError) as info:
+            env.step(0)
+        assert info.value.code == "internal"
+        env.close()
+        _wait_for(lambda: len(Tracked.closed) == 1, "the close")
+        healthy = client(url, config={"fail_at_step": 2})
+        healthy.reset()
+        healthy.step(0)
+        healthy.close()
+        _wait_for(lambda: pool.stats()["recycled"] == 1, "the give-back")
+        assert len(Tracked.closed) == 1 and pool.ready({"fail_at_step": 2}) == 1
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-pool-recycle"]], ids=["default", "no-recycle"])
+def test_serve_recycles_unless_told_not_to(flags: list[str]) -> None:
+    args = ["--no-web", "--pool-size", "1", "--pool-warm", '{"obs_type": "ram"}', *flags]
+    with LocalServerProvider(args=args) as server:
+        _wait_for(lambda: (server.health() or {})["pool"]["ready"] == 1, "the warm build")
+        with EnvClient(server.url, config={"obs_type": "ram"}) as env:
+            env.reset()
+            env.step(0)
+        _wait_for(lambda: (server.health() or {})["sessions"] == 0, "the session's end")
+        pool = (server.health() or {})["pool"]
+        assert pool["hits"] == 1 and pool["recycled"] == (0 if flags else 1)
