@@ -99,6 +99,17 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+_STYLES = ("-", "--", ":", "-.")
+
+
+def line_looks(labels: Sequence[str], palette: Any) -> dict[str, tuple[Any, str]]:
+    """(colour, line style) per label, the same in every panel: the ten colours of
+    `palette`, then again dashed, dotted, dash-dotted (40 distinct looks)."""
+    return {
+        label: (palette(i % 10), _STYLES[i // 10 % len(_STYLES)]) for i, label in enumerate(labels)
+    }
+
+
 def plot_latency(sections: Sequence[Section], path: Path) -> bool:
     """Step latency distributions (ECDF, log time axis), one panel per obs type."""
     merged: dict[str, dict[str, list[float]]] = {}
@@ -114,14 +125,14 @@ def plot_latency(sections: Sequence[Section], path: Path) -> bool:
     import numpy as np
 
     labels = sorted({label for by_label in merged.values() for label in by_label})
-    palette = plt.get_cmap("tab10")
-    colour = {label: palette(i % 10) for i, label in enumerate(labels)}
+    looks = line_looks(labels, plt.get_cmap("tab10"))
     fig, axes = plt.subplots(1, len(merged), figsize=(5.5 * len(merged), 4.2), squeeze=False)
     for ax, (obs, by_label) in zip(axes[0], merged.items(), strict=True):
         for label, seconds in sorted(by_label.items(), key=lambda kv: float(np.median(kv[1]))):
             us = np.sort(np.asarray(seconds)) * 1e6
             fraction = np.arange(1, len(us) + 1) / len(us)
-            ax.step(us, fraction, where="post", label=label, color=colour[label])
+            colour, style = looks[label]
+            ax.step(us, fraction, where="post", label=label, color=colour, linestyle=style)
         ax.set_xscale("log")
         ax.set_xlabel("step latency (µs, log scale)")
         ax.set_ylabel("fraction of steps ≤ x")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.measure import Placement, latency_row
-from benchmarks.report import write_run
+from benchmarks.report import line_looks, write_run
 from benchmarks.runner import ORDER, build_parser, options_from
 from benchmarks.suite import SCENARIOS, Column, Section, has_attr, scenario
 
@@ -54,6 +54,17 @@ def test_placements() -> None:
     assert Placement.named("any").server is None
     with pytest.raises(ValueError, match="unknown placement 'moon'"):
         Placement.named("moon")
+
+
+def test_every_latency_line_looks_different() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    palette = matplotlib.colormaps["tab10"]
+    labels = [f"transport {i}" for i in range(40)]
+    looks = line_looks(labels, palette)
+    assert len(set(looks.values())) == 40  # a colour repeats only with another line style
+    assert looks["transport 0"] == (palette(0), "-") and looks["transport 10"][1] == "--"
 
 
 def test_latency_row_statistics() -> None:
