@@ -15,7 +15,13 @@ closes it, over and over, for as long as the steady session runs. Servers:
 - ``no pool``: ``--pool-size 0``, a ROM load inside every ``open``;
 - ``pool, no recycling``: ``--no-pool-recycle``, never-used environments only
   (the background refill loads a ROM per session);
-- ``pool, recycling``: the default.
+- ``pool, recycling``: the default;
+- ``pool, recycling, no gc freeze``: the default but ``--no-gc-freeze``, so
+  Python's full collections scan every module's objects again.
+
+The server's full garbage collections in the window (``/metrics``,
+``openenv_ws_process_gc_pause_seconds{generation="2"}``) are counted too,
+with their mean pause: every session of the process waits for them.
 
 Reference rows, measured in the same run: the steady session on the default
 server with no churn, and in-process ``AtariEnvironment.step`` on core 1.
@@ -32,6 +38,7 @@ import json
 import multiprocessing
 import os
 import time
+import urllib.request
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from typing import Any
@@ -49,6 +56,7 @@ SERVERS = {
     "no pool": ["--pool-size", "0"],
     "pool, no recycling": ["--pool-size", "2", "--no-pool-recycle"],
     "pool, recycling": ["--pool-size", "2"],
+    "pool, recycling, no gc freeze": ["--pool-size", "2", "--no-gc-freeze"],
 }
 
 
@@ -106,6 +114,23 @@ def inprocess(config: dict[str, Any], steps: int, seed: int) -> np.ndarray[Any, 
     return times * 1e3
 
 
+def full_collections(server: LocalServerProvider) -> tuple[float, float]:
+    """(count, seconds) of the server's full garbage collections so far."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    found = {"count": 0.0, "sum": 0.0}
+    for family in text_string_to_metric_families(text):
+        if family.name != "openenv_ws_process_gc_pause_seconds":
+            continue
+        for sample in family.samples:
+            kind = sample.name.rpartition("_")[2]
+            if sample.labels.get("generation") == "2" and kind in found:
+                found[kind] = sample.value
+    return found["count"], found["sum"]
+
+
 def rom_loads(health: dict[str, Any]) -> int:
     pool = health.get("pool")
     if pool is None:
@@ -124,7 +149,7 @@ def run_server(
             assert server.pid is not None
             pin_process(server.pid, {SERVER_CORE})
             _pool_full(server, name)  # refilled after the steady session took its environment
-            before = server.health() or {}
+            before, gc_before = server.health() or {}, full_collections(server)
             stop, count = ctx.Event(), ctx.Value("i", 0)
             worker = ctx.Process(target=churn, args=(server.url, config, args.episode, stop, count))
             if with_churn:
@@ -137,13 +162,15 @@ def run_server(
             if with_churn:
                 stop.set()
                 worker.join(60)
-            after = server.health() or {}
+            after, gc_after = server.health() or {}, full_collections(server)
     sessions = count.value if with_churn else 0
     return {
         "ms": ms,
         "sessions": sessions,
         "seconds": elapsed,
         "loads": rom_loads(after) - rom_loads(before),
+        "gcs": gc_after[0] - gc_before[0],
+        "gc_seconds": gc_after[1] - gc_before[1],
     }
 
 
@@ -171,6 +198,8 @@ def main() -> None:
         "sessions": 0,
         "seconds": 0.0,
         "loads": 0,
+        "gcs": 0,
+        "gc_seconds": 0.0,
     }
     rows["pool, recycling, no churn (reference)"] = run_server(
         "pool, recycling", args, config, with_churn=False
@@ -186,18 +215,19 @@ def main() -> None:
     header = (
         f"{'steady session':<40} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
         f"{'>' + format(STALL_MS, 'g') + ' ms':>7} {'p99/quiet':>9} {'sessions/s':>10} "
-        f"{'ROM loads':>9} {'per 100':>7}"
+        f"{'ROM loads':>9} {'per 100':>7} {'full GCs':>8} {'GC ms':>6}"
     )
     print(header)
     for label, row in rows.items():
         ms = row["ms"]
         rate = row["sessions"] / row["seconds"] if row["seconds"] else 0.0
         per100 = 100 * row["loads"] / row["sessions"] if row["sessions"] else 0.0
+        gc_ms = 1e3 * row["gc_seconds"] / row["gcs"] if row["gcs"] else 0.0
         print(
             f"{label:<40} {np.percentile(ms, 50):7.2f} {np.percentile(ms, 99):7.2f} "
             f"{ms.max():7.1f} {int((ms > STALL_MS).sum()):7d} "
             f"{np.percentile(ms, 99) / np.percentile(quiet, 99):9.2f} {rate:10.1f} "
-            f"{row['loads']:9d} {per100:7.0f}"
+            f"{row['loads']:9d} {per100:7.0f} {row['gcs']:8.0f} {gc_ms:6.1f}"
         )
 
 

@@ -13,11 +13,16 @@ publishes a snapshot of its counts once a second (see
 ``/metrics`` adds the others' last snapshots to its own live counts: the
 ``openenv_ws_*`` series are the whole server's (``openenv_ws_workers`` says
 how many processes they cover), at most a second behind for the other
-workers. The ``openenv_ws_process_*`` series are the answering worker's.
+workers. The ``openenv_ws_process_*`` series are the answering worker's,
+among them the pauses of Python's garbage collector (:class:`GCPauses`): a
+full collection stops every session of the process while it runs.
 """
 
 from __future__ import annotations
 
+import gc
+import threading
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -35,7 +40,7 @@ from starlette.responses import Response
 
 from ..protocol import ERRORS
 
-__all__ = ["COUNTERS", "STEP_BUCKETS", "LatencyHistogram", "ServerMetrics"]
+__all__ = ["COUNTERS", "GC_PAUSES", "STEP_BUCKETS", "GCPauses", "LatencyHistogram", "ServerMetrics"]
 
 #: Upper bounds (seconds) of the step latency buckets: from a fast in-memory
 #: step (tens of microseconds) to a slow simulator step.
@@ -95,6 +100,39 @@ class LatencyHistogram:
         return out
 
 
+class GCPauses:
+    """How long each garbage collection of this process took, by generation.
+
+    Installed once per process (:meth:`install`) as a ``gc.callbacks`` hook:
+    two clock reads per collection, and collections of the young generation
+    happen every few hundred allocations of container objects.
+    """
+
+    def __init__(self) -> None:
+        self.by_generation = [LatencyHistogram() for _ in range(3)]
+        self._started = 0.0
+        self._installed = False
+        self._lock = threading.Lock()
+
+    def install(self) -> GCPauses:
+        """Start recording (idempotent)."""
+        with self._lock:
+            if not self._installed:
+                gc.callbacks.append(self._hook)
+                self._installed = True
+        return self
+
+    def _hook(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.by_generation[info["generation"]].observe(time.perf_counter() - self._started)
+
+
+#: The process's collector pauses (every server of the process reports the same).
+GC_PAUSES = GCPauses()
+
+
 class ServerMetrics:
     """Counters of one server process and the ``/metrics`` route that exposes them.
 
@@ -117,6 +155,7 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self.registry.register(_Collector(self))
         ProcessCollector(namespace="openenv_ws", registry=self.registry)
+        self.gc_pauses = GC_PAUSES.install()
 
     def error(self, code: str) -> None:
         """Count one ``error`` frame sent, by code."""
@@ -215,4 +254,18 @@ class _Collector:
             "Server time to serve one step request (decode, environment step, encode).",
             buckets=m.step_seconds.cumulative(snap["step_counts"]),
             sum_value=snap["step_sum"],
+        )
+        pauses = HistogramMetricFamily(
+            "openenv_ws_process_gc_pause_seconds",
+            "Garbage collections of this process by generation (2: full), and how long "
+            "each stopped it.",
+            labels=["generation"],
+        )
+        for generation, hist in enumerate(m.gc_pauses.by_generation):
+            pauses.add_metric([str(generation)], hist.cumulative(), hist.total)
+        yield pauses
+        yield GaugeMetricFamily(
+            "openenv_ws_process_gc_frozen_objects",
+            "Objects the collector no longer scans (built before serving, see gc.freeze).",
+            value=gc.get_freeze_count(),
         )

@@ -111,3 +111,30 @@ def test_spec_lists_every_metric_and_health_field() -> None:
     assert "openenv_ws_process_*" in section or "openenv_ws_process_" in section
     for name in ("status", "protocol", "sessions", "parked", "connections", "draining"):
         assert name in fields and f"`{name}`" in section
+
+
+def test_garbage_collector_pauses_are_measured_by_generation() -> None:
+    import gc
+
+    with serve() as server:
+        before = scrape(server.http_url)
+        gc.collect()  # a full collection of this process (the server runs in it)
+        after = scrape(server.http_url)
+    count = "openenv_ws_process_gc_pause_seconds_count"
+    total = "openenv_ws_process_gc_pause_seconds_sum"
+    full = (("generation", "2"),)
+    assert after[count][full] >= before[count][full] + 1
+    assert after[total][full] > before[total][full]
+    assert set(after[count]) == {(("generation", str(g)),) for g in range(3)}
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-gc-freeze"]], ids=["default", "no-freeze"])
+def test_serve_freezes_what_it_built_before_serving(flags: list[str]) -> None:
+    from openenv_ws.providers import LocalServerProvider
+
+    with LocalServerProvider(args=["--env", "fake", "--no-web", *flags]) as server:
+        frozen = one(scrape(server.http_url), "openenv_ws_process_gc_frozen_objects")
+    if flags:
+        assert frozen == 0
+    else:
+        assert frozen > 10_000  # the modules and the app: tens of thousands of objects
