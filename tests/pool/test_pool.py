@@ -254,8 +254,9 @@ def test_a_recycled_emulator_plays_exactly_like_a_new_one(config: dict[str, Any]
     assert not used.recycle()  # closed: nothing to recycle
 
 
-def test_games_whose_load_state_cannot_be_rebuilt_do_not_recycle() -> None:
-    env = AtariEnvironment({"game": "berzerk", "obs_type": "ram"})
+@pytest.mark.parametrize("game", ["berzerk", "double_dunk"])
+def test_games_whose_load_state_cannot_be_rebuilt_do_not_recycle(game: str) -> None:
+    env = AtariEnvironment({"game": game, "obs_type": "ram"})
     assert env._post_load is None  # its load presses buttons, drawing from the generator
     assert not env.recycle()
     env.close()
