@@ -15,6 +15,8 @@ session still travels as protocol v1 frames.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -54,6 +56,9 @@ ObsT = TypeVar("ObsT")
 _SESSIONS = "/v1/sessions"
 _MSGPACK = "application/msgpack"
 _JSON = "application/json"
+
+
+logger = logging.getLogger("openenv_ws.client.http")
 
 
 def http_base(url: str) -> tuple[str, str, int, str]:
@@ -98,6 +103,10 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
         encoding: ``"msgpack"`` (the protocol frames themselves) or ``"json"``
             (their JSON view, for debugging and for proxies that only pass
             text).
+        retry_timeout: seconds to keep re-sending a session's request when the
+            connection fails before its reply arrives (0: never). The server
+            answers a repeated request from its last reply, so a step whose
+            reply was lost is applied once.
 
     Subclasses in OpenEnv's style define ``_step_payload``, ``_parse_result``
     and ``_parse_state`` (see the module docstring).
@@ -119,6 +128,7 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
         timeout: float | None = 60.0,
         max_frame_size: int = 64 << 20,
         encoding: Literal["msgpack", "json"] = "msgpack",
+        retry_timeout: float = 30.0,
     ) -> None:
         if (url is None) == (base_url is None):
             raise TypeError("pass the server's URL once, as url or as base_url")
@@ -130,6 +140,7 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
         self.url = f"{scheme}://{host}:{port}{prefix}"
         self.timeout = timeout
         self.encoding = encoding
+        self.retry_timeout = retry_timeout
         self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
         media = _MSGPACK if encoding == "msgpack" else _JSON
         headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
@@ -180,9 +191,7 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
         body = None
         if frame is not None:
             body = encode(frame) if self.encoding == "msgpack" else frame_to_json(frame)
-        status, media, data = self._conn.request(
-            method, path, body, timeout, self._core.max_frame_size
-        )
+        status, media, data = self._send(method, path, body, timeout)
         try:
             if media.startswith(_MSGPACK):
                 reply = self._core.decode(memoryview(data))
@@ -199,6 +208,24 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
                 f"without a protocol v1 reply ({exc}): {snippet!r}; is this an openenv-ws server?"
             ) from None
         return self._core.check(reply)
+
+    def _send(
+        self, method: str, path: str, body: bytes | None, timeout: float | None
+    ) -> tuple[int, str, bytearray]:
+        """The reply to one request; a session's request is re-sent, the same bytes,
+        while the connection fails, for up to ``retry_timeout`` seconds."""
+        deadline = time.monotonic() + self.retry_timeout
+        pause = 0.02
+        while True:
+            try:
+                return self._conn.request(method, path, body, timeout, self._core.max_frame_size)
+            except ServerUnavailable as exc:
+                # Opening is not retried: a lost ``opened`` would leave a session behind.
+                if self._path is None or time.monotonic() + pause > deadline:
+                    raise
+                logger.info("%s %s failed (%s); sending it again", method, path, exc)
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
 
     def _request(
         self, method: str, op: str, frame: ClientFrame | None, timeout: float | None
@@ -254,6 +281,7 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
         """Close the session and free the server's environment. Idempotent."""
         if not self._closed:
             self._closed = True
+            self.retry_timeout = 0.0  # a session being closed is not worth waiting for
             if self._path is not None and self._core.closed_error is None:
                 # Closing is best effort: the server's TTL frees the session anyway.
                 with contextlib.suppress(Exception):

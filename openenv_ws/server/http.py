@@ -24,6 +24,10 @@ request is served by the same :class:`~openenv_ws.server.ServerSession` code
 as a WebSocket message; errors are ``error`` frames with the protocol's codes
 and the HTTP status of :data:`HTTP_STATUS`. Sessions idle for longer than the
 TTL are closed by a background sweeper.
+
+A request byte for byte equal to the session's previous one, with a non-zero
+id, is a retry (the client lost the reply): it gets the same reply and is not
+applied again.
 """
 
 from __future__ import annotations
@@ -123,11 +127,14 @@ _TOMBSTONES = 4096
 
 @dataclass(slots=True, eq=False)
 class HTTPEntry:
-    """One HTTP session: the sans-I/O session, the spec it opened with, its last use."""
+    """One HTTP session: the sans-I/O session, the spec it opened with, its last use,
+    and its last request with the reply it got (a client retrying after a lost
+    reply sends the same bytes again and gets that reply, the request applied once)."""
 
     session: ServerSession
     spec: dict[str, Any] = field(default_factory=dict)
     last_used: float = 0.0
+    last_exchange: tuple[bytes, bytes] | None = None
 
 
 class HTTPSessionStore:
@@ -406,7 +413,13 @@ class HTTPFallback:
                 # As on a WebSocket, idle_timeout answers no request: its id is nil.
                 rid = None if code == "idle_timeout" else frame.id
                 return error_response(code, message, media, rid)
-            reply, close = entry.session.handle(wire if wire is not None else encode(frame))
+            data = wire if wire is not None else encode(frame)
+            last = entry.last_exchange
+            if last is not None and last[0] == data:
+                return reply_response(last[1], media)  # a retry: answered, not applied again
+            reply, close = entry.session.handle(data)
+            # Only requests with an id count as retries: curl users may send none twice.
+            entry.last_exchange = (data, reply) if frame.id else None
             if close is not None:
                 store.drop(session_id)
             return reply_response(reply, media)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -23,6 +24,7 @@ from openenv_ws.errors import (
 from openenv_ws.server import ServerLimits, ServerThread, create_app
 from openenv_ws.testing import fake_factory
 from tests.conftest import UNIT
+from tests.reliability.proxy import CutProxy
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +198,48 @@ def test_a_subclass_in_openenv_style_works_against_the_fallback(server: ServerTh
         with pytest.raises(RemoteEnvError) as info:
             env.step(7)
         assert info.value.code == "invalid_action"
+
+
+@pytest.mark.parametrize("cut", ["swallow_next_reply", "drop_next_request"])
+@pytest.mark.parametrize("encoding", ["msgpack", "json"])
+def test_a_request_whose_connection_fails_is_sent_again_and_applied_once(
+    server: ServerThread, cut: str, encoding: Any
+) -> None:
+    with CutProxy(server.port) as proxy:
+        env = HTTPEnvClient(f"http://127.0.0.1:{proxy.port}", encoding=encoding)
+        env.reset(seed=0)
+        env.step(1)
+        getattr(proxy, cut)()  # the server applies the step but its reply is lost, or never sees it
+        result = env.step(2)
+        assert proxy.timed_cut.is_set() and proxy.cuts == 1
+        assert result.info["step"] == 2 and result.reward == 2.0
+        assert env.state()["step_count"] == 2  # applied once
+        assert env.step(3).info["step"] == 3
+        env.close()
+
+
+def test_without_retries_a_lost_reply_is_server_unavailable(server: ServerThread) -> None:
+    with CutProxy(server.port) as proxy:
+        env = HTTPEnvClient(f"http://127.0.0.1:{proxy.port}", retry_timeout=0)
+        env.reset(seed=0)
+        proxy.swallow_next_reply()
+        with pytest.raises(ServerUnavailable, match="is the server running"):
+            env.step(1)
+        assert env.step(2).info["step"] == 2  # the session went on: the lost step was applied
+        env.close()
+
+
+def test_the_server_answers_a_repeated_request_from_its_last_reply(server: ServerThread) -> None:
+    base = f"{server.http_url}/v1/sessions"
+    json_headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    opened = httpx.post(base, json={"config": {}}, headers=json_headers)
+    path = opened.headers["Location"]
+    httpx.post(f"{server.http_url}{path}/reset", json={"id": 1}, headers=json_headers)
+    first = httpx.post(f"{server.http_url}{path}/step", json={"id": 2, "action": 1})
+    again = httpx.post(f"{server.http_url}{path}/step", json={"id": 2, "action": 1})
+    assert again.content == first.content and again.json()["info"]["step"] == 1
+    # Without an id (curl) the same body is a new request each time.
+    for expected in (2, 3):
+        reply = httpx.post(f"{server.http_url}{path}/step", json={"action": 1})
+        assert reply.json()["info"]["step"] == expected
+    httpx.delete(f"{server.http_url}{path}")
