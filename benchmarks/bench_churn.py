@@ -34,7 +34,6 @@ pool, or every session opened without one.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import time
@@ -46,17 +45,19 @@ from typing import Any
 import numpy as np
 
 from atari import AtariEnvironment
-from benchmarks.measure import n_actions, pin_process
+from benchmarks.measure import n_actions, pin_process, time_steps
+from benchmarks.servers import pool_args, wait_pool_full
 from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
 
 SERVER_CORE, CLIENT_CORE = 0, 1
 STALL_MS = 20.0
-SERVERS = {
-    "no pool": ["--pool-size", "0"],
-    "pool, no recycling": ["--pool-size", "2", "--no-pool-recycle"],
-    "pool, recycling": ["--pool-size", "2"],
-    "pool, recycling, no gc freeze": ["--pool-size", "2", "--no-gc-freeze"],
+#: name -> (warm pool size, other ``serve`` options)
+SERVERS: dict[str, tuple[int, list[str]]] = {
+    "no pool": (0, []),
+    "pool, no recycling": (2, ["--no-pool-recycle"]),
+    "pool, recycling": (2, []),
+    "pool, recycling, no gc freeze": (2, ["--no-gc-freeze"]),
 }
 
 
@@ -82,36 +83,24 @@ def churn(
             count.value += 1
 
 
+def _actions(n: int, steps: int, seed: int) -> tuple[int, ...]:
+    return tuple(np.random.default_rng(seed).integers(0, n, steps).tolist())
+
+
 def steady(env: EnvClient[Any], steps: int, seed: int) -> np.ndarray[Any, Any]:
     """Milliseconds of each of `steps` steps of an open session (reset on episode end)."""
-    times = np.empty(steps)
     env.reset(seed=seed)
-    n = n_actions(env.spec.action)
-    clock = time.perf_counter
-    for i, action in enumerate(np.random.default_rng(seed).integers(0, n, steps).tolist()):
-        start = clock()
-        result = env.step(action)
-        times[i] = clock() - start
-        if result.done:
-            env.reset()
-    return times * 1e3
+    actions = _actions(n_actions(env.spec.action), steps, seed)
+    return time_steps(lambda a: env.step(a).done, env.reset, actions) * 1e3
 
 
 def inprocess(config: dict[str, Any], steps: int, seed: int) -> np.ndarray[Any, Any]:
     env = AtariEnvironment(config)
     env.reset(seed=seed)
-    times = np.empty(steps)
-    clock = time.perf_counter
-    for i, action in enumerate(
-        np.random.default_rng(seed).integers(0, n_actions(env.spec.action), steps)
-    ):
-        start = clock()
-        result = env.step(int(action))
-        times[i] = clock() - start
-        if result.done:
-            env.reset()
+    actions = _actions(n_actions(env.spec.action), steps, seed)
+    ms = time_steps(lambda a: env.step(a).done, env.reset, actions) * 1e3
     env.close()
-    return times * 1e3
+    return ms
 
 
 def full_collections(server: LocalServerProvider) -> tuple[float, float]:
@@ -142,13 +131,15 @@ def run_server(
     name: str, args: argparse.Namespace, config: dict[str, Any], *, with_churn: bool
 ) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
-    flags = ["--no-web", "--pool-warm", json.dumps({"game": args.game}), *SERVERS[name]]
+    size, extra = SERVERS[name]
+    flags = ["--no-web", *pool_args(size, {"game": args.game}), *extra]
     with LocalServerProvider(args=flags) as server:
         env: EnvClient[Any] = EnvClient(server.url, config=config)
         with env:
             assert server.pid is not None
             pin_process(server.pid, {SERVER_CORE})
-            _pool_full(server, name)  # refilled after the steady session took its environment
+            if size:
+                wait_pool_full(server)  # refilled after the steady session took its environment
             before, gc_before = server.health() or {}, full_collections(server)
             stop, count = ctx.Event(), ctx.Value("i", 0)
             worker = ctx.Process(target=churn, args=(server.url, config, args.episode, stop, count))
@@ -172,14 +163,6 @@ def run_server(
         "gcs": gc_after[0] - gc_before[0],
         "gc_seconds": gc_after[1] - gc_before[1],
     }
-
-
-def _pool_full(server: LocalServerProvider, name: str) -> None:
-    deadline = time.monotonic() + 30
-    while name != "no pool" and (server.health() or {})["pool"]["ready"] < 2:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the warm pool did not fill in 30 s")
-        time.sleep(0.05)
 
 
 def main() -> None:
