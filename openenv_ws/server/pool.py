@@ -128,24 +128,20 @@ class WarmPool:
 
     def factory(self, config: dict[str, Any]) -> Environment:
         """A warm environment for `config` if one is ready, else one built now."""
-        if self.size and not self._closed:
-            try:
-                key = self._key(config)
-            except Exception:  # noqa: BLE001 - the factory reports a bad config itself
-                key = None
-            if key is not None:
-                with self._lock:
-                    self._last_take = time.monotonic()
-                    entry = self._want(config, key)
-                    env = entry[1].pop(0) if entry[1] else None
-                    if env is not None:
-                        self.hits += 1
-                    else:
-                        self.misses += 1
-                    self._lock.notify()
-                self._ensure_thread()
+        key = self._pooled_key(config)
+        if key is not None:
+            with self._lock:
+                self._last_take = time.monotonic()
+                entry = self._want(config, key)
+                env = entry[1].pop(0) if entry[1] else None
                 if env is not None:
-                    return env
+                    self.hits += 1
+                else:
+                    self.misses += 1
+                self._lock.notify()
+            self._ensure_thread()
+            if env is not None:
+                return env
         return self._build(config)
 
     __call__ = factory
@@ -156,23 +152,27 @@ class WarmPool:
         It is kept warm if its configuration has room for one and it recycles
         (:meth:`Environment.recycle`); otherwise it is closed. Never raises.
         """
-        if self._room(config) and _recycled(env):
+        key = self._pooled_key(config) if self.recycle else None
+        if key is not None and self._has_room(key) and _recycled(env):
             with self._lock:
-                entry = self._keys.get(self._key(config))
-                if not self._closed and entry is not None and len(entry[1]) < self.size:
-                    entry[1].append(env)
+                if self._has_room(key) and not self._closed:
+                    self._keys[key][1].append(env)
                     self.recycled += 1
                     return
         _close_all([env])
 
-    def _room(self, config: Mapping[str, Any]) -> bool:
-        if not self.recycle or not self.size or self._closed:
-            return False
+    def _pooled_key(self, config: Mapping[str, Any]) -> Hashable | None:
+        """The pool key of `config`; None if the pool is off or closed, or the config
+        is not poolable (the factory reports a bad config itself)."""
+        if not self.size or self._closed:
+            return None
         try:
-            key = self._key(config)
-        except Exception:  # noqa: BLE001 - not a poolable config
-            return False
-        with self._lock:
+            return self._key(config)
+        except Exception:  # noqa: BLE001 - not poolable
+            return None
+
+    def _has_room(self, key: Hashable) -> bool:
+        with self._lock:  # re-entrant: a Condition over an RLock
             entry = self._keys.get(key)
             return entry is not None and len(entry[1]) < self.size
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import ale_py
 import gymnasium
@@ -22,6 +21,7 @@ from openenv_ws.testing import FakeEnvironment
 
 from ..conftest import UNIT
 from ..gym.rollout import assert_same_rollouts, play
+from ..reliability.conftest import wait_until
 
 gymnasium.register_envs(ale_py)
 
@@ -52,13 +52,6 @@ def test_pooled_atari_sessions_match_gymnasium_over_the_wire() -> None:
     assert pool.ready() == 0  # closed with the app
 
 
-def _wait_for(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + 10 * UNIT
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not reached"
-        time.sleep(0.01)
-
-
 def test_one_session_per_episode_reuses_one_emulator() -> None:
     """Sessions that end give their emulators back: the next one loads no ROM and
     plays exactly like a fresh emulator (gymnasium's)."""
@@ -71,7 +64,9 @@ def test_one_session_per_episode_reuses_one_emulator() -> None:
             remote = RemoteEnv(server.url, config={"game": "breakout"})
             assert_same_rollouts(play(remote, 5, 250), want)
             remote.close()
-            _wait_for(lambda n=episode: pool.stats()["recycled"] == n + 1, "the give-back")
+            wait_until(
+                lambda n=episode: pool.stats()["recycled"] == n + 1, 10 * UNIT, what="the give-back"
+            )
         stats = pool.stats()
         assert (stats["misses"], stats["hits"], stats["built"]) == (1, 2, 0)  # one ROM load
         with urllib.request.urlopen(f"{server.http_url}/health", timeout=5 * UNIT) as reply:
@@ -100,12 +95,12 @@ def test_an_environment_that_failed_is_closed_not_recycled(transport: str) -> No
             env.step(0)
         assert info.value.code == "internal"
         env.close()
-        _wait_for(lambda: len(Tracked.closed) == 1, "the close")
+        wait_until(lambda: len(Tracked.closed) == 1, 10 * UNIT, what="the close")
         healthy = client(url, config={"fail_at_step": 2})
         healthy.reset()
         healthy.step(0)
         healthy.close()
-        _wait_for(lambda: pool.stats()["recycled"] == 1, "the give-back")
+        wait_until(lambda: pool.stats()["recycled"] == 1, 10 * UNIT, what="the give-back")
         assert len(Tracked.closed) == 1 and pool.ready({"fail_at_step": 2}) == 1
 
 
@@ -113,11 +108,15 @@ def test_an_environment_that_failed_is_closed_not_recycled(transport: str) -> No
 def test_serve_recycles_unless_told_not_to(flags: list[str]) -> None:
     args = ["--no-web", "--pool-size", "1", "--pool-warm", '{"obs_type": "ram"}', *flags]
     with LocalServerProvider(args=args) as server:
-        _wait_for(lambda: (server.health() or {})["pool"]["ready"] == 1, "the warm build")
+        wait_until(
+            lambda: (server.health() or {})["pool"]["ready"] == 1, 10 * UNIT, what="the warm build"
+        )
         with EnvClient(server.url, config={"obs_type": "ram"}) as env:
             env.reset()
             env.step(0)
-        _wait_for(lambda: (server.health() or {})["sessions"] == 0, "the session's end")
+        wait_until(
+            lambda: (server.health() or {})["sessions"] == 0, 10 * UNIT, what="the session's end"
+        )
         pool = (server.health() or {})["pool"]
         assert pool["hits"] == 1
         if flags:
