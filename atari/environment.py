@@ -19,6 +19,7 @@ import difflib
 import hashlib
 import hmac
 import json
+import logging
 import math
 import os
 import re
@@ -33,6 +34,7 @@ import ale_py
 import numpy as np
 from ale_py import roms
 
+from openenv_ws._palette import expanded
 from openenv_ws.environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec
 from openenv_ws.errors import (
     BadSnapshot,
@@ -41,6 +43,8 @@ from openenv_ws.errors import (
     InvalidState,
     ProtocolError,
 )
+
+from .palettes import palette_of
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -68,6 +72,8 @@ DEFAULT_CONFIG: Mapping[str, Any] = {
 #: workers must accept each other's snapshots set the same value in each; when
 #: unset, every process draws its own key and accepts only its own snapshots.
 SNAPSHOT_KEY_ENV = "OPENENV_WS_SNAPSHOT_KEY"
+
+logger = logging.getLogger("atari")
 
 _OBS_TYPES = ("rgb", "grayscale", "ram")
 # Bundled ROMs that only run in ALE's multi-player mode; ale-py registers no v5 env for them.
@@ -258,6 +264,8 @@ class AtariEnvironment(Environment):
         else:
             shape = (ale.getRAMSize(),)
             self._get_obs = ale.getRAM
+        # The observation as configured; _get_obs is ale.getScreen while indexed.
+        self._full_obs = self._get_obs
 
         frameskip = cfg["frameskip"]
         # A fixed frameskip loops over a prebuilt range; a stochastic one is drawn per step.
@@ -300,6 +308,39 @@ class AtariEnvironment(Environment):
         self._repeats = _RepeatTracker(self._config["repeat_action_probability"], self._skip)
         self._record_action = self._repeats.actions.append
         self._record_frames = self._repeats.frames.append
+        self._get_obs = self._full_obs
+        self._palette: bytes | None = None  # set while observations are indexed
+
+    def indexed_frames(self) -> bytes | None:
+        """Observe palette indices (210x160) instead of RGB from now on; the palette.
+
+        Only for ``obs_type="rgb"`` and the games whose ROM ALE shows in its
+        NTSC palette (:func:`atari.palettes.palette_of`); None otherwise, and
+        observations stay RGB. Each reset checks the palette against ALE's own
+        RGB frame and goes back to RGB (with a warning) should they differ.
+        """
+        ale = self._ale
+        palette = palette_of(self._game) if self._config["obs_type"] == "rgb" else None
+        if ale is None or palette is None:
+            return None
+        self._get_obs = ale.getScreen
+        self._palette = palette
+        return palette
+
+    def _checked_screen(self, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The reset's indexed frame if the palette expands it to ALE's RGB, else RGB."""
+        assert self._palette is not None
+        rgb = self._full_obs()
+        if np.array_equal(expanded(indices, self._palette), rgb):
+            return indices
+        logger.warning(
+            "game %s: ALE's RGB frame differs from its palette expansion; "
+            "this instance sends RGB frames from now on",
+            self._game,
+        )
+        self._get_obs = self._full_obs
+        self._palette = None
+        return rgb
 
     def recycle(self) -> bool:
         """Back to the state the constructor leaves, without loading the ROM again.
@@ -414,7 +455,10 @@ class AtariEnvironment(Environment):
         info = self._info()
         if seeds is not None:
             info["seeds"] = seeds
-        return EnvResult(self._get_obs(), info=info)
+        obs = self._get_obs()
+        if self._palette is not None:
+            obs = self._checked_screen(obs)
+        return EnvResult(obs, info=info)
 
     def step(
         self, action: Any, *, obs: bool = True, out: np.ndarray[Any, Any] | None = None
@@ -597,7 +641,7 @@ class AtariEnvironment(Environment):
 
     def _screen(self) -> np.ndarray[Any, Any]:
         # RAM is read live from the emulator, so only image observations are stored.
-        return np.empty(0, np.uint8) if self._config["obs_type"] == "ram" else self._get_obs()
+        return np.empty(0, np.uint8) if self._config["obs_type"] == "ram" else self._full_obs()
 
     def _prime_repeat(self, state: ale_py.ALEState, action: Any) -> None:
         # Acting makes `action` ALE's repeat candidate as soon as one frame does not
@@ -622,6 +666,7 @@ class AtariEnvironment(Environment):
             "_episode_frame",
             "_frame",
             "_get_obs",
+            "_full_obs",
         ):
             self.__dict__.pop(name, None)
 

@@ -17,7 +17,11 @@ of one 210x160 frame) in one process pinned to one core, after four
   (``ServerRegion.reserve``), nobody reading them;
 - ``regions, read on core 1``: the same, each frame copied out by a
   ``ClientRegion.read`` in a second process pinned to the other core before
-  the next step (the client's side of a pipelined vector client).
+  the next step (the client's side of a pipelined vector client);
+- ``codes, read on core 1``: what a server does for a client that asked for
+  indexed frames (SPEC section 18): ``getScreen``, the 210x160 colour codes
+  (a third of the bytes, no palette conversion), into the same regions, read
+  on core 1 likewise.
 
 Contenders alternate by round; each row gives the median over rounds of the
 mean per frame and its ratio to the fresh array.
@@ -40,6 +44,7 @@ from openenv_ws._shm import ClientRegion, ServerRegion, shared_memory_supported
 
 SERVER_CORE, CLIENT_CORE = 0, 1
 SHAPE = (210, 160, 3)
+CODES = SHAPE[:2]
 
 
 def _reader(regions: list[ClientRegion], requests: int, replies: int) -> None:
@@ -83,7 +88,8 @@ def measure(game: str, sessions: int, steps: int, rounds: int) -> dict[str, floa
     actions = ale.getMinimalActionSet()
     pick = np.random.default_rng(0).integers(0, len(actions), steps).tolist()
     dtype = np.dtype(np.uint8)
-    layout = (SHAPE, dtype)
+    layouts = {"fresh": (SHAPE, dtype), "codes": (CODES, dtype)}
+    rgb_layout = layouts["fresh"]
 
     def run(kind: str) -> float:
         total = 0.0
@@ -93,19 +99,22 @@ def measure(game: str, sessions: int, steps: int, rounds: int) -> dict[str, floa
             for _ in range(4):
                 ale.act(actions[a])
             s = i % sessions
-            slot = None if kind == "fresh" else servers[s].reserve(layout)
+            slot = None if kind == "fresh" else servers[s].reserve(layouts.get(kind, rgb_layout))
             out: Any = np.empty(SHAPE, dtype) if slot is None else slot.view
             start = time.perf_counter()
-            ale.getScreenRGB(out)
+            if kind == "codes":
+                ale.getScreen(out)
+            else:
+                ale.getScreenRGB(out)
             total += time.perf_counter() - start
-            if kind == "read":
+            if kind in ("read", "codes"):
                 assert slot is not None
                 payload = slot.name.ext_payload()
                 os.write(requests_w, bytes((s, len(payload))) + payload)
                 os.read(replies_r, 1)
         return total / steps * 1e6
 
-    kinds = ("fresh", "regions", "read")
+    kinds = ("fresh", "regions", "read", "codes")
     times: dict[str, list[float]] = {k: [] for k in kinds}
     try:
         for _ in range(rounds):
@@ -134,17 +143,21 @@ def main() -> None:
         raise SystemExit("shared regions need Linux memfds")
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("this measurement needs two cores")
-    print(f"game={args.game} steps={args.steps} rounds={args.rounds}; getScreenRGB per frame")
+    print(
+        f"game={args.game} steps={args.steps} rounds={args.rounds}; getScreenRGB per frame "
+        "(getScreen for codes)"
+    )
     print(
         f"{'sessions':>8}  {'fresh array':>11}  {'regions, no reader':>18}  "
-        f"{'regions, read on core 1':>23}"
+        f"{'regions, read on core 1':>23}  {'codes, read on core 1':>21}"
     )
     for n in args.sessions:
         t = measure(args.game, n, args.steps, args.rounds)
         fresh = t["fresh"]
         print(
             f"{n:>8}  {fresh:>8.1f} us  {t['regions']:>7.1f} us ({t['regions'] / fresh:.2f}x)  "
-            f"{t['read']:>12.1f} us ({t['read'] / fresh:.2f}x)"
+            f"{t['read']:>12.1f} us ({t['read'] / fresh:.2f}x)  "
+            f"{t['codes']:>10.1f} us ({t['codes'] / fresh:.2f}x)"
         )
 
 

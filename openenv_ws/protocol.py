@@ -25,6 +25,7 @@ import msgpack
 import numpy as np
 
 from ._arrays import EXT_NDARRAY, array_ext_parts, array_ext_payload, decode_array
+from ._palette import PALETTE_BYTES
 from ._shm import EXT_SHARED, ClientRegion, SharedArray
 from .errors import InvalidState, OpenEnvError, PayloadTooBig, ProtocolError
 
@@ -147,6 +148,7 @@ class Open(_Frame):
     config: dict[str, Any] = field(default_factory=dict)
     token: str | None = None
     resume: str | None = None
+    palette: bool = False
 
 
 @dataclass(slots=True)
@@ -209,6 +211,7 @@ class Opened(_Frame):
     version: int = PROTOCOL_VERSION
     spec: dict[str, Any] = field(default_factory=dict)
     resume_token: str | None = None
+    palette: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -580,6 +583,19 @@ def _bytes(name: str, v: Any) -> bytes:
     return v
 
 
+def _opt_palette(name: str, v: Any) -> bytes | None:
+    if v is None:
+        return None
+    want = f"nil or {PALETTE_BYTES} bytes of binary data (256 RGB triples)"
+    if type(v) is not bytes:
+        raise _bad(name, want, v)
+    if len(v) != PALETTE_BYTES:
+        raise ProtocolError(
+            f"field '{name}' must be {want}, got {len(v)} bytes", code="bad_request"
+        )
+    return v
+
+
 def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
     if v is None or type(v) is np.ndarray:
         return v
@@ -667,6 +683,7 @@ _SCHEMAS: dict[type[_Frame], tuple[tuple[str, _Check, bool], ...]] = {
         ("config", _map_or_nil, False),
         ("token", _opt_str, False),
         ("resume", _opt_str, False),
+        ("palette", _bool, False),
     ),
     Reset: (
         ("seed", _opt_uint, False),
@@ -683,6 +700,7 @@ _SCHEMAS: dict[type[_Frame], tuple[tuple[str, _Check, bool], ...]] = {
         ("version", _uint32, True),
         ("spec", _map, True),
         ("resume_token", _opt_str, False),
+        ("palette", _opt_palette, False),
     ),
     Result: (
         ("obs", _opt_array, False),

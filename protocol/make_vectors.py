@@ -106,6 +106,10 @@ def describe(value: Any, *, data_ref: dict[str, int] | None = None) -> Any:
 RNG_SEED = 20240601
 
 
+# A made-up palette: colour code i is (i, 255 - i, i * 7 % 256).
+_PALETTE = bytes(b for i in range(256) for b in (i, 255 - i, i * 7 % 256))
+
+
 def _pattern(shape: tuple[int, ...], dtype: str, salt: int = 0) -> np.ndarray[Any, Any]:
     """A deterministic, non-trivial array (no RNG state shared with anything else)."""
     rng = np.random.default_rng(RNG_SEED + salt)
@@ -191,6 +195,12 @@ def _frames() -> Iterator[tuple[str, str, str, Any]]:
         "open asking for a version the server may not speak",
         Open(id=1, version=2),
     )
+    yield (
+        "open_palette",
+        "client",
+        "open asking for indexed colour frames",
+        Open(id=1, config={"game": "pong"}, palette=True),
+    )
     yield "reset_plain", "client", "reset without a seed", Reset(id=2)
     yield (
         "reset_seeded",
@@ -263,6 +273,18 @@ def _frames() -> Iterator[tuple[str, str, str, Any]]:
             spec={"action": {"type": "discrete", "n": 2}},
             resume_token="r-7f3a",
         ),
+    )
+    yield (
+        "opened_palette",
+        "server",
+        "opened with a palette: observations come as colour codes",
+        Opened(id=1, session_id="9f1c2e", spec=spec, palette=_PALETTE),
+    )
+    yield (
+        "result_indexed",
+        "server",
+        "result in a session with a palette: 12x8 colour codes for a [12, 8, 3] RGB frame",
+        Result(id=3, obs=(np.arange(96, dtype=np.uint8) * 2).reshape(12, 8)),
     )
     yield (
         "result_rgb_small",
@@ -774,6 +796,15 @@ def _malformed() -> Iterator[tuple[str, str, str, bytes, str, int | None, int | 
         None,
     )
     yield (
+        "open_palette_int",
+        c,
+        "palette is an integer, not a bool",
+        _map(_p("op"), _p("open"), _p("id"), _p(7), _p("version"), _p(1), _p("palette"), _p(1)),
+        "bad_request",
+        7,
+        None,
+    )
+    yield (
         "restore_snapshot_str",
         c,
         "snapshot is str, not bin",
@@ -1036,6 +1067,29 @@ def _malformed() -> Iterator[tuple[str, str, str, bytes, str, int | None, int | 
         _map(
             _p("op"), _p("opened"), _p("id"), _p(1), _p("session_id"), _p("s"), _p("version"), _p(1)
         ),
+        "bad_request",
+        1,
+        None,
+    )
+
+    def opened_with_palette(value: Any) -> bytes:
+        head = (_p("op"), _p("opened"), _p("id"), _p(1), _p("session_id"), _p("s"))
+        return _map(*head, _p("version"), _p(1), _p("spec"), _p({}), _p("palette"), _p(value))
+
+    yield (
+        "opened_palette_short",
+        s,
+        "palette of 767 bytes (a palette holds 768)",
+        opened_with_palette(_PALETTE[:-1]),
+        "bad_request",
+        1,
+        None,
+    )
+    yield (
+        "opened_palette_str",
+        s,
+        "palette is str, not bin",
+        opened_with_palette("rgb"),
         "bad_request",
         1,
         None,

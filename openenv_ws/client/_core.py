@@ -17,9 +17,10 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from .. import _palette as palette_mod
 from .._shm import HEADER as SHM_HEADER
 from .._shm import ClientRegion, shared_memory_supported
-from ..environment import EnvSpec
+from ..environment import ArraySpec, EnvSpec
 from ..errors import AuthError, OpenEnvError, ProtocolError, RemoteEnvError, SessionClosed
 from ..protocol import (
     ERRORS,
@@ -81,19 +82,27 @@ class ClientCore:
 
     __slots__ = (
         "_ext_hook",
+        "_indexed",
         "_next_id",
         "closed_error",
         "config",
         "max_frame_size",
+        "palette",
         "resume_token",
         "session_id",
         "shared",
         "spec",
         "token",
+        "want_palette",
     )
 
     def __init__(
-        self, config: Mapping[str, Any], *, token: str | None, max_frame_size: int
+        self,
+        config: Mapping[str, Any],
+        *,
+        token: str | None,
+        max_frame_size: int,
+        indexed_frames: bool | None = None,
     ) -> None:
         self.config = dict(config)
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
@@ -106,6 +115,11 @@ class ClientCore:
         #: The shared region offered to the server (SPEC section 17), if any.
         self.shared: ClientRegion | None = None
         self._ext_hook: Callable[[int, bytes], Any] = _ext_hook
+        #: Whether ``open`` asks for indexed frames (SPEC section 18).
+        self.want_palette = palette_mod.NATIVE if indexed_frames is None else bool(indexed_frames)
+        #: The session's palette when the server sends indexed frames.
+        self.palette: bytes | None = None
+        self._indexed: tuple[int, ...] | None = None  # the shape of indexed observations
 
     def offer_shared_memory(self, url: str, wanted: bool) -> None:
         """Offer a shared region for observations if `wanted` and the server is on this host.
@@ -154,7 +168,11 @@ class ClientCore:
 
     def open_frame(self) -> Open:
         return Open(
-            id=self.next_id(), version=PROTOCOL_VERSION, config=self.config, token=self.token
+            id=self.next_id(),
+            version=PROTOCOL_VERSION,
+            config=self.config,
+            token=self.token,
+            palette=self.want_palette,
         )
 
     def reset_frame(
@@ -174,9 +192,18 @@ class ClientCore:
         return headers
 
     def decode(self, data: memoryview | bytes) -> ServerFrame:
-        return decode_server_frame(
+        """The server frame in `data`; an indexed observation comes back expanded to RGB."""
+        frame = decode_server_frame(
             data, max_frame_size=self.max_frame_size, ext_hook=self._ext_hook
         )
+        if self._indexed is not None and type(frame) is Result:
+            obs = frame.obs
+            if obs is not None and obs.shape == self._indexed and obs.dtype == np.uint8:
+                assert self.palette is not None
+                rgb = palette_mod.expanded(obs, self.palette)
+                rgb.flags.writeable = False
+                frame.obs = rgb
+        return frame
 
     @staticmethod
     def is_reply(rid: int, frame: ServerFrame) -> bool:
@@ -206,9 +233,22 @@ class ClientCore:
         frame = self.check(frame)
         if not isinstance(frame, Opened):
             raise ProtocolError(f"expected 'opened' in answer to 'open', got '{frame.OP}'")
+        spec = EnvSpec.from_wire(frame.spec)
+        indexed = None
+        if frame.palette is not None:
+            obs = spec.observation
+            if isinstance(obs, ArraySpec) and obs.dtype == "uint8":
+                indexed = palette_mod.indexed_shape(obs.shape)
+            if indexed is None:
+                raise ProtocolError(
+                    f"the server sent a palette, but its observations ({obs}) are not "
+                    "uint8 RGB arrays of shape (..., 3)"
+                )
         self.session_id = frame.session_id
-        self.spec = EnvSpec.from_wire(frame.spec)
+        self.spec = spec
         self.resume_token = frame.resume_token
+        self.palette = frame.palette
+        self._indexed = indexed
         return frame
 
     @staticmethod

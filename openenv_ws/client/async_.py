@@ -63,12 +63,18 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         resume: bool = True,
         resume_timeout: float = 30.0,
         shared_memory: bool = True,
+        indexed_frames: bool | None = None,
     ) -> None:
         self.url = normalize_url(url)
         self.timeout = timeout
         self.open_timeout = open_timeout
         self.resume_timeout = resume_timeout if resume else 0.0
-        self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
+        self._core = ClientCore(
+            config or {},
+            token=token,
+            max_frame_size=max_frame_size,
+            indexed_frames=indexed_frames,
+        )
         self._shared_memory = shared_memory
         self._ws: AsyncWebSocket | None = None
         self._lock = asyncio.Lock()

@@ -141,7 +141,10 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
         self.timeout = timeout
         self.encoding = encoding
         self.retry_timeout = retry_timeout
-        self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
+        # Full-colour frames: the fallback keeps to the plainest form of the protocol.
+        self._core = ClientCore(
+            config or {}, token=token, max_frame_size=max_frame_size, indexed_frames=False
+        )
         media = _MSGPACK if encoding == "msgpack" else _JSON
         headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
         self._conn = HTTPConnection(scheme, host, port, headers)

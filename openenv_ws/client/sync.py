@@ -72,6 +72,10 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             it a shared memory region so that large observations skip the
             socket (SPEC section 17); the server falls back to sending them
             inline when it cannot use it. :attr:`shared_memory_used` tells.
+        indexed_frames: ask the server for RGB frames as palette indices, one
+            byte per pixel instead of three, which this client expands (SPEC
+            section 18); the observations are the same arrays. None (default):
+            when the C expander is built (``openenv_ws._palette.NATIVE``).
 
     This client answers the server's heartbeat pings while it waits for a
     reply, not between calls: a client that makes no call for longer than the
@@ -98,13 +102,19 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         resume: bool = True,
         resume_timeout: float = 30.0,
         shared_memory: bool = True,
+        indexed_frames: bool | None = None,
     ) -> None:
         self.url = normalize_url(url)
         self.timeout = timeout
         self.open_timeout = open_timeout
         self.busy_poll = busy_poll
         self.resume_timeout = resume_timeout if resume else 0.0
-        self._core = ClientCore(config or {}, token=token, max_frame_size=max_frame_size)
+        self._core = ClientCore(
+            config or {},
+            token=token,
+            max_frame_size=max_frame_size,
+            indexed_frames=indexed_frames,
+        )
         self._core.offer_shared_memory(self.url, shared_memory)
         self._provider: ServerProvider | None = None
         self._ws: BlockingWebSocket | None = None

@@ -105,6 +105,8 @@ class VectorEnvClient:
             meanwhile. No step is lost or applied twice.
         resume_timeout: seconds one env may take to resume before its
             session is given up (its next result raises ``SessionClosed``).
+        indexed_frames: ask for RGB frames as palette indices, expanded by
+            this client (see :class:`~openenv_ws.client.EnvClient`).
 
     Raises:
         ServerUnavailable: a server does not answer.
@@ -129,6 +131,7 @@ class VectorEnvClient:
         shared_memory: bool = True,
         resume: bool = True,
         resume_timeout: float = 30.0,
+        indexed_frames: bool | None = None,
     ) -> None:
         url_list = (
             [normalize_url(urls)] if isinstance(urls, str) else list(map(normalize_url, urls))
@@ -160,7 +163,10 @@ class VectorEnvClient:
         self.resume_timeout = resume_timeout if resume else 0.0
         self.closed = False
         per_env = list(configs) if configs is not None else [config or {}] * n
-        self._cores = [ClientCore(c, token=token, max_frame_size=max_frame_size) for c in per_env]
+        self._cores = [
+            ClientCore(c, token=token, max_frame_size=max_frame_size, indexed_frames=indexed_frames)
+            for c in per_env
+        ]
         for core, url in zip(self._cores, self.urls, strict=True):
             core.offer_shared_memory(url, shared_memory)
         self._ws: list[BlockingWebSocket] = []

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._palette import indexed_shape
 from .._shm import MIN_SHARED_BYTES, ServerRegion, Slot
 from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
 from ..errors import OpenEnvError, ProtocolError
@@ -83,6 +84,7 @@ class ServerSession:
         "_release",
         "env",
         "machine",
+        "palette",
         "resume_token",
         "session_id",
         "shared",
@@ -113,6 +115,8 @@ class ServerSession:
         self.steps = 0
         #: Sent in ``opened`` when the server offers resumption (see server/reliability.py).
         self.resume_token: str | None = None
+        #: The palette of indexed observations (SPEC section 18); None: full colour.
+        self.palette: bytes | None = None
         #: The client's shared region for observations (SPEC section 17), if any.
         self.shared: ServerRegion | None = None
         # (shape, dtype) of the observations the environment writes into shared
@@ -232,7 +236,7 @@ class ServerSession:
         if shared is not None and want_obs:
             into = self._into
             if into is None:
-                into = self._into = _obs_layout(env)
+                into = self._into = _obs_layout(env, self.palette is not None)
             if into:
                 slot = shared.reserve(into)
         if slot is None:
@@ -264,6 +268,8 @@ class ServerSession:
         except BaseException:
             self._leave()
             raise
+        if frame.palette:
+            self.palette = self.env.indexed_frames()
         self.machine.served("open")
         return self.opened_reply(frame.id), None
 
@@ -275,6 +281,7 @@ class ServerSession:
             session_id=self.session_id,
             spec=self.env.spec.to_wire(),
             resume_token=self.resume_token,
+            palette=self.palette,
         )
         return encode(opened)
 
@@ -294,12 +301,14 @@ class ServerSession:
         return encode(frame), CloseRequest(close_code, reason)
 
 
-def _obs_layout(env: Environment) -> tuple[Any, ...]:
+def _obs_layout(env: Environment, indexed: bool) -> tuple[Any, ...]:
     """(shape, dtype) for ``env.step(..., out=)``, or () if the environment cannot take one."""
     spec = env.spec.observation
-    if env.writes_obs_into and isinstance(spec, ArraySpec):
-        return (spec.shape, np.dtype(spec.dtype))
-    return ()
+    if not env.writes_obs_into or not isinstance(spec, ArraySpec):
+        return ()
+    if indexed:  # palette indices: the RGB shape without its last axis
+        return (indexed_shape(spec.shape), np.dtype(np.uint8))
+    return (spec.shape, np.dtype(spec.dtype))
 
 
 def _result(

@@ -59,7 +59,10 @@ def test_bench_frame_cache_prints_each_session_count() -> None:
     out = _run("bench_frame_cache.py", "--sessions", "1", "3", "--steps", "100", "--rounds", "1")
     for n in (1, 3):
         row = re.search(
-            rf"^\s+{n}\s+{NUMBER} us\s+{NUMBER} us \({NUMBER}x\)\s+{NUMBER} us", out, re.M
+            rf"^\s+{n}\s+{NUMBER} us\s+{NUMBER} us \({NUMBER}x\)\s+{NUMBER} us \({NUMBER}x\)"
+            rf"\s+{NUMBER} us \({NUMBER}x\)$",
+            out,
+            re.M,
         )
         assert row is not None, f"no row for {n} sessions:\n{out}"
         assert all(float(v) > 0 for v in row.groups())

@@ -194,6 +194,7 @@ MESSAGES = {
     "open_config_list": "field 'config' must be a map, got list",
     "open_token_int": "field 'token' must be a string, got int 5",
     "restore_snapshot_str": "field 'snapshot' must be binary data, got str",
+    "open_palette_int": "field 'palette' must be a boolean, got int 1",
     "config_too_deep": "field 'config' nests lists/maps deeper than 8 levels",
     "depth_bomb": "nests deeper than 1024 levels",
     "config_int_key": "map key is not a string",
@@ -222,6 +223,8 @@ MESSAGES = {
     "result_obs_bin": "field 'obs' must be an array",
     "result_done_nil": "field 'done' must be a boolean, got NoneType",
     "opened_missing_spec": "needs field 'spec'",
+    "opened_palette_short": r"field 'palette' must be nil or 768 bytes .*, got 767 bytes",
+    "opened_palette_str": r"field 'palette' must be nil or 768 bytes .*, got str 'rgb'",
     "error_missing_fatal": "needs field 'fatal'",
     "client_op_from_server": "op 'step' is unknown",
 }

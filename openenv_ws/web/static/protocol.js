@@ -518,6 +518,13 @@ const CHECKS = {
     if (!(v instanceof Uint8Array)) throw bad(n, "binary data", v);
     return v;
   },
+  optPalette: (n, v) => {
+    if (v === null) return v;
+    const want = "nil or 768 bytes of binary data (256 RGB triples)";
+    if (!(v instanceof Uint8Array)) throw bad(n, want, v);
+    if (v.length !== 768) throw new ProtocolError(`field '${n}' must be ${want}, got ${v.length} bytes`, "bad_request");
+    return v;
+  },
   optArray: (n, v) => {
     if (v !== null && !(v instanceof NDArray)) throw bad(n, "an array (ext type 1) or nil", v);
     return v;
@@ -552,6 +559,7 @@ const CLIENT_OPS = {
     ["config", "mapOrNil", false, newMap],
     ["token", "optStr", false, nil],
     ["resume", "optStr", false, nil],
+    ["palette", "bool", false, () => false],
   ],
   reset: [
     ["seed", "optUint", false, nil],
@@ -573,6 +581,7 @@ const SERVER_OPS = {
     ["version", "uint32", true, nil],
     ["spec", "map", true, nil],
     ["resume_token", "optStr", false, nil],
+    ["palette", "optPalette", false, nil],
   ],
   result: [
     ["obs", "optArray", false, nil],
