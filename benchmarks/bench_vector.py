@@ -8,8 +8,10 @@ run: one ``AtariEnvironment`` stepped in a loop, and the same number of
 environments stepped round-robin (the server's access pattern). With
 ``--bare``, the same client also drives ``benchmarks/bare_ws_server.py`` (the
 same session code behind the leanest possible asyncio WebSocket server), the
-floor any Python server of protocol v1 stands on. Rounds alternate between
-contenders; each one's best round is kept.
+floor any Python server of protocol v1 stands on. With ``--full-colour``, the
+same server is also measured with a client that asks for RGB frames instead
+of colour codes (``indexed_frames=False``, SPEC section 18). Rounds alternate
+between contenders; each one's best round is kept.
 
     python benchmarks/bench_vector.py --envs 16 --steps 6000 --rounds 3
 """
@@ -71,10 +73,14 @@ def pipelined(
     steps: int,
     seed: int,
     busy_poll: float,
+    indexed: bool | None = None,
 ) -> tuple[float, float, float]:
     """Steps/s of `n_envs` remote sessions kept busy with send/recv, the server's CPU
-    seconds per step, and the mean batch size."""
-    with VectorEnvClient(url, n_envs, config=config, copy=False, busy_poll=busy_poll) as envs:
+    seconds per step, and the mean batch size. `indexed`: the client's
+    ``indexed_frames`` (None: its default)."""
+    with VectorEnvClient(
+        url, n_envs, config=config, copy=False, busy_poll=busy_poll, indexed_frames=indexed
+    ) as envs:
         envs.reset(seed=seed)
         n = n_actions(envs.spec.action)
         rng = np.random.default_rng(seed)
@@ -131,6 +137,11 @@ def main() -> None:
         "--bare", action="store_true", help="also measure benchmarks/bare_ws_server.py"
     )
     parser.add_argument(
+        "--full-colour",
+        action="store_true",
+        help="also measure the server with RGB frames instead of colour codes (indexed_frames=False)",
+    )
+    parser.add_argument(
         "--busy-poll",
         type=float,
         default=0.0,
@@ -143,19 +154,20 @@ def main() -> None:
     best: dict[str, float] = {}
     cpu: dict[str, float] = {}
     batch = 0.0
-    remotes: dict[str, tuple[psutil.Process, str]] = {}
+    # name -> (server process, URL, the client's indexed_frames)
+    remotes: dict[str, tuple[psutil.Process, str, bool | None]] = {}
     with (
         LocalServerProvider(args=["--no-web", "--pool-size", "0"]) as server,
         _bare(args.bare) as bare,
     ):
         assert server.process is not None
-        remotes[f"websocket, {args.envs} sessions send/recv"] = (
-            psutil.Process(server.process.pid),
-            server.url,
-        )
+        main_server = psutil.Process(server.process.pid)
+        remotes[f"websocket, {args.envs} sessions send/recv"] = (main_server, server.url, None)
+        if args.full_colour:
+            remotes["websocket, same, RGB frames"] = (main_server, server.url, False)
         if bare is not None:
-            remotes[f"bare asyncio server, {args.envs} sessions"] = bare
-        for process, _ in remotes.values():
+            remotes[f"bare asyncio server, {args.envs} sessions"] = (*bare, None)
+        for process, _, _ in remotes.values():
             os.sched_setaffinity(process.pid, {SERVER_CORE})
         os.sched_setaffinity(0, {CLIENT_CORE})
         for _ in range(args.rounds):
@@ -169,9 +181,9 @@ def main() -> None:
                 rate, per_step = run()
                 best[name] = max(best.get(name, 0.0), rate)
                 cpu[name] = min(cpu.get(name, float("inf")), per_step)
-            for name, (process, url) in remotes.items():
+            for name, (process, url, indexed) in remotes.items():
                 rate, per_step, batch = pipelined(
-                    process, url, config, args.envs, args.steps, args.seed, args.busy_poll
+                    process, url, config, args.envs, args.steps, args.seed, args.busy_poll, indexed
                 )
                 best[name] = max(best.get(name, 0.0), rate)
                 cpu[name] = min(cpu.get(name, float("inf")), per_step)

@@ -44,8 +44,14 @@ def _two_cores() -> None:
 
 def test_bench_vector_prints_every_contender_with_a_ratio() -> None:
     _two_cores()
-    out = _run("bench_vector.py", "--envs", "4", "--steps", "200", "--rounds", "1")
-    for name in ("in-process, 1 env", "in-process, 4 envs round-robin", "websocket, 4 sessions"):
+    out = _run("bench_vector.py", "--envs", "4", "--steps", "200", "--rounds", "1", "--full-colour")
+    names = (
+        "in-process, 1 env",
+        "in-process, 4 envs round-robin",
+        "websocket, 4 sessions",
+        "websocket, same, RGB frames",
+    )
+    for name in names:
         row = re.search(
             rf"^{re.escape(name)}.*?\s{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}$", out, re.M
         )
