@@ -199,6 +199,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - start
         state = env.state()
         path = "through shared memory" if env.shared_memory_used else "over the socket"
+        if env.indexed_frames_used:
+            path = f"as colour codes {path}"
     lat = np.array(latencies) * 1e6
     print(
         f"episode {state.episode_id[:8]}: {state.step_count} steps, "

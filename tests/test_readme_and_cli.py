@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import openenv_ws
+from openenv_ws._palette import NATIVE
 from openenv_ws.providers import LocalServerProvider
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +52,8 @@ def test_demo_plays_over_a_real_server() -> None:
     assert done.returncode == 0, done.stderr
     assert re.search(r"150 steps, score \d+ \(agent\) - \d+ \(cpu\), truncated", done.stdout)
     assert re.search(r"steps/s; step latency p50 \d+ us, p99 \d+ us", done.stdout)
+    frames = re.search(r"\(RGB 210x160x3 frames (as colour codes )?(through|over) ", done.stdout)
+    assert frames is not None and (frames.group(1) is not None) is NATIVE, done.stdout
 
 
 def test_games_lists_the_bundled_roms() -> None:

@@ -292,6 +292,11 @@ class SessionFacts:
         """True when the server writes observations into shared memory (same host)."""
         return self._core.shared is not None
 
+    @property
+    def indexed_frames_used(self) -> bool:
+        """True when the server sends RGB frames as colour codes (SPEC section 18)."""
+        return self._core.palette is not None
+
 
 C = TypeVar("C")
 

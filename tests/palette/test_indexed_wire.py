@@ -146,7 +146,7 @@ def test_the_sync_client_hands_out_the_rgb_frames_of_a_full_colour_session(
 
 def test_indexed_frames_false_keeps_full_colour(atari_server: ServerThread) -> None:
     with EnvClient(atari_server.url, config={"game": "breakout"}, indexed_frames=False) as env:
-        assert env._core.palette is None
+        assert not env.indexed_frames_used
         assert play(env) == expected("breakout")
 
 
@@ -154,12 +154,12 @@ def test_the_clients_ask_by_default_when_the_c_expander_is_built(
     atari_server: ServerThread,
 ) -> None:
     with EnvClient(atari_server.url, config={"game": "pong"}) as env:
-        assert (env._core.palette is not None) is NATIVE
+        assert env.indexed_frames_used is NATIVE
 
 
 def test_the_http_client_does_not_ask(atari_server: ServerThread) -> None:
     with HTTPEnvClient(atari_server.http_url, config={"game": "pong"}) as env:
-        assert env._core.palette is None
+        assert not env.indexed_frames_used
         assert env.reset(seed=0).observation.shape == (210, 160, 3)
 
 
@@ -167,7 +167,7 @@ async def test_the_async_client_expands_too(atari_server: ServerThread) -> None:
     async with AsyncEnvClient(
         atari_server.url, config={"game": "breakout"}, indexed_frames=True
     ) as env:
-        assert env._core.palette is not None
+        assert env.indexed_frames_used
         first = await env.reset(seed=21)
         out = [(first.observation.tobytes(), 0.0, False)]
         for a in ACTIONS:
