@@ -314,9 +314,9 @@ class AtariEnvironment(Environment):
     def indexed_frames(self) -> bytes | None:
         """Observe palette indices (210x160) instead of RGB from now on; the palette.
 
-        Only for ``obs_type="rgb"`` and the games whose ROM ALE shows in its
-        NTSC palette (:func:`atari.palettes.palette_of`); None otherwise, and
-        observations stay RGB. Each reset checks the palette against ALE's own
+        Only for ``obs_type="rgb"`` and a game whose palette is known (NTSC or
+        PAL, :func:`atari.palettes.palette_of`: every bundled game); None
+        otherwise, and observations stay RGB. Each reset checks the palette against ALE's own
         RGB frame and goes back to RGB (with a warning) should they differ.
         """
         ale = self._ale

@@ -172,10 +172,10 @@ class Environment(abc.ABC):
     def indexed_frames(self) -> bytes | None:
         """Observe palette indices instead of RGB from now on, if this environment can.
 
-        For RGB observations of shape ``(..., 3)``: from the next reset on,
-        observations are uint8 arrays of shape ``(...)`` whose values index the
-        returned palette (256 RGB triples, 768 bytes); an observation may
-        still come in full colour (e.g. after a restore). The session sends
+        For RGB observations of shape ``(..., 3)``: observations become uint8
+        arrays of shape ``(...)`` whose values index the returned palette (256
+        RGB triples, 768 bytes); one may still come in full colour (e.g. after
+        a restore). The session sends
         the indices and its client expands them (SPEC section 18). The
         default cannot: None, and observations stay as they are.
         :meth:`recycle` returns the instance to full colour.
