@@ -88,8 +88,7 @@ def measure(game: str, sessions: int, steps: int, rounds: int) -> dict[str, floa
     actions = ale.getMinimalActionSet()
     pick = np.random.default_rng(0).integers(0, len(actions), steps).tolist()
     dtype = np.dtype(np.uint8)
-    layouts = {"fresh": (SHAPE, dtype), "codes": (CODES, dtype)}
-    rgb_layout = layouts["fresh"]
+    rgb_layout, codes_layout = (SHAPE, dtype), (CODES, dtype)
 
     def run(kind: str) -> float:
         total = 0.0
@@ -99,7 +98,8 @@ def measure(game: str, sessions: int, steps: int, rounds: int) -> dict[str, floa
             for _ in range(4):
                 ale.act(actions[a])
             s = i % sessions
-            slot = None if kind == "fresh" else servers[s].reserve(layouts.get(kind, rgb_layout))
+            layout = codes_layout if kind == "codes" else rgb_layout
+            slot = None if kind == "fresh" else servers[s].reserve(layout)
             out: Any = np.empty(SHAPE, dtype) if slot is None else slot.view
             start = time.perf_counter()
             if kind == "codes":

@@ -9,6 +9,7 @@ conversion.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,14 +19,6 @@ __all__ = ["NATIVE", "PALETTE_BYTES", "expand", "expanded", "indexed_shape"]
 #: Size of a palette on the wire: 256 RGB triples.
 PALETTE_BYTES = 768
 
-try:
-    from ._expand import expand as _native_expand
-except ImportError:  # built without a C compiler: numpy does it, about 7x slower
-    _native_expand = None
-
-#: True when the C expander is built (the clients ask for indexed frames only then).
-NATIVE = _native_expand is not None
-
 
 def _numpy_expand(indices: Any, palette: bytes, out: Any) -> None:
     table = np.frombuffer(palette, np.uint8).reshape(256, 3)
@@ -33,15 +26,18 @@ def _numpy_expand(indices: Any, palette: bytes, out: Any) -> None:
     np.take(table, src, axis=0, out=np.asarray(out).reshape(-1, 3))
 
 
-def expand(indices: np.ndarray[Any, Any], palette: bytes, out: np.ndarray[Any, Any]) -> None:
-    """Write the colour of each index of `indices` into `out` (shape ``indices.shape + (3,)``).
+#: expand(indices, palette, out): write the colour of each index of `indices` into
+#: `out` (shape ``indices.shape + (3,)``); both C-contiguous uint8, `palette`
+#: :data:`PALETTE_BYTES` bytes. The C loop, or numpy (about 7x slower) where
+#: the package was installed without a C compiler.
+expand: Callable[[Any, bytes, Any], None]
+try:
+    from ._expand import expand  # type: ignore[no-redef]
+except ImportError:
+    expand = _numpy_expand
 
-    Both arrays are C-contiguous uint8; `palette` holds :data:`PALETTE_BYTES` bytes.
-    """
-    if _native_expand is not None:
-        _native_expand(indices, palette, out)
-    else:
-        _numpy_expand(indices, palette, out)
+#: True when the C expander is built (the clients ask for indexed frames only then).
+NATIVE = expand is not _numpy_expand
 
 
 def indexed_shape(shape: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -18,7 +18,8 @@ offer a memory region instead:
    MessagePack ext type 2 (offset, dtype, shape) instead of the bytes. The
    server alternates between the two halves of the region after the first
    page, so a reply's array stays intact until the reply after next.
-4. The client copies the array out when it decodes the reply.
+4. The client copies the array out (or expands its colour codes, SPEC
+   section 18) when it decodes the reply.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "SharedArray",
     "SharedMemoryRefused",
     "Slot",
+    "readonly_copy",
     "shared_memory_supported",
 ]
 
@@ -96,6 +98,13 @@ def shared_memory_supported() -> bool:
     )
 
 
+def readonly_copy(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A copy of `arr` that cannot be written to."""
+    out = arr.copy()
+    out.flags.writeable = False
+    return out
+
+
 def _half(size: int) -> int:
     return (size - FIRST_PAGE) // 2 & ~63
 
@@ -135,6 +144,11 @@ class ClientRegion:
 
     def read(self, payload: bytes) -> np.ndarray[Any, Any]:
         """A read-only copy of the array an ext type 2 payload points at."""
+        return readonly_copy(self.view(payload))
+
+    def view(self, payload: bytes) -> np.ndarray[Any, Any]:
+        """The array an ext type 2 payload points at, in place (valid until the
+        server writes that half of the region again)."""
         if len(payload) < 10:
             raise ProtocolError(f"shared array extension of {len(payload)} bytes is too short")
         (offset,) = _OFFSET.unpack_from(payload)
@@ -147,9 +161,7 @@ class ClientRegion:
                 f"shared array at offset {offset} ({nbytes} bytes) lies outside the "
                 f"{self.size}-byte region"
             )
-        arr = np.frombuffer(self._map, dtype, count, offset).reshape(shape).copy()
-        arr.flags.writeable = False
-        return arr
+        return np.frombuffer(self._map, dtype, count, offset).reshape(shape)
 
     def drop_descriptor(self) -> None:
         """Close the descriptor and keep the mapping: no new connection can attach it."""

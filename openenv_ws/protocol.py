@@ -774,9 +774,21 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise ProtocolError(f"MessagePack extension type {code} is not part of protocol v1")
 
 
-def shared_ext_hook(region: ClientRegion) -> Callable[[int, bytes], Any]:
-    """The extension hook for server frames on a connection with a shared region."""
-    read = region.read
+def shared_ext_hook(
+    region: ClientRegion, take: Callable[[np.ndarray[Any, Any]], Any] | None = None
+) -> Callable[[int, bytes], Any]:
+    """The extension hook for server frames on a connection with a shared region.
+
+    `take` turns the array as it lies in the region into the decoded value
+    and must not keep that view (the server writes there again); default: a
+    read-only copy (:meth:`ClientRegion.read`).
+    """
+    read: Callable[[bytes], Any] = region.read
+    if take is not None:
+        view = region.view
+
+        def read(data: bytes) -> Any:
+            return take(view(data))
 
     def hook(code: int, data: bytes) -> Any:
         if code == EXT_SHARED:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import _palette as palette_mod
 from .._shm import HEADER as SHM_HEADER
-from .._shm import ClientRegion, shared_memory_supported
+from .._shm import ClientRegion, readonly_copy, shared_memory_supported
 from ..environment import ArraySpec, EnvSpec
 from ..errors import AuthError, OpenEnvError, ProtocolError, RemoteEnvError, SessionClosed
 from ..protocol import (
@@ -196,14 +196,26 @@ class ClientCore:
         frame = decode_server_frame(
             data, max_frame_size=self.max_frame_size, ext_hook=self._ext_hook
         )
-        if self._indexed is not None and type(frame) is Result:
-            obs = frame.obs
-            if obs is not None and obs.shape == self._indexed and obs.dtype == np.uint8:
-                assert self.palette is not None
-                rgb = palette_mod.expanded(obs, self.palette)
-                rgb.flags.writeable = False
+        if self._indexed is not None and type(frame) is Result and frame.obs is not None:
+            rgb = self._colours(frame.obs)
+            if rgb is not None:
                 frame.obs = rgb
         return frame
+
+    def _colours(self, arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+        """`arr` expanded to RGB (read-only) if it holds the session's colour codes, else None."""
+        if arr.shape != self._indexed or arr.dtype != np.uint8:
+            return None
+        assert self.palette is not None
+        rgb = palette_mod.expanded(arr, self.palette)
+        rgb.flags.writeable = False
+        return rgb
+
+    def _from_region(self, view: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """An observation in the shared region: colour codes expanded straight from
+        it, anything else copied out."""
+        rgb = self._colours(view)
+        return rgb if rgb is not None else readonly_copy(view)
 
     @staticmethod
     def is_reply(rid: int, frame: ServerFrame) -> bool:
@@ -249,6 +261,9 @@ class ClientCore:
         self.resume_token = frame.resume_token
         self.palette = frame.palette
         self._indexed = indexed
+        if indexed is not None and self.shared is not None:
+            # Expand codes from the region itself: no copy of them first.
+            self._ext_hook = shared_ext_hook(self.shared, self._from_region)
         return frame
 
     @staticmethod
