@@ -28,13 +28,40 @@ def test_the_c_expander_is_built_where_a_compiler_is() -> None:
         pytest.skip("openenv_ws._expand is not built here (no C compiler at install)")
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 33_599, 33_600])
+LENGTHS = [0, 1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 127, 128, 129, 191, 192, 193, 33_599, 33_600]
+
+
+@pytest.mark.parametrize("n", LENGTHS)
 def test_every_length_expands_like_the_reference(n: int) -> None:
-    # Lengths around the 4-pixel blocks of the C loop and its tail.
+    # Lengths around the 4-pixel blocks of the portable loop, the 64-pixel
+    # blocks of the vector one, and their tails.
     indices = RNG.integers(0, 256, n, dtype=np.uint8)
     out = np.full((n, 3), 0xAA, np.uint8)
     expand(indices, PALETTE, out)
     np.testing.assert_array_equal(out, reference(indices, PALETTE))
+
+
+@pytest.mark.skipif(not _palette.NATIVE, reason="the C module's two kernels")
+@pytest.mark.parametrize("n", LENGTHS)
+def test_the_portable_c_loop_writes_what_the_vector_one_writes(n: int) -> None:
+    from openenv_ws._expand import expand as native
+
+    indices = RNG.integers(0, 256, n, dtype=np.uint8)
+    vector, portable = np.full((2, n, 3), 0x55, np.uint8)
+    native(indices, PALETTE, vector)
+    native(indices, PALETTE, portable, True)
+    np.testing.assert_array_equal(portable, reference(indices, PALETTE))
+    np.testing.assert_array_equal(vector, portable)
+
+
+@pytest.mark.skipif(not _palette.NATIVE, reason="the C module's kernel choice")
+def test_the_vector_kernel_runs_where_the_cpu_has_it() -> None:
+    from openenv_ws import _expand
+
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split() for line in f if line.startswith("flags")), [])
+    want = "avx512vbmi" if {"avx512f", "avx512bw", "avx512vbmi"} <= set(flags) else "portable"
+    assert want == _expand.KERNEL
 
 
 def test_the_numpy_fallback_writes_the_same_bytes() -> None:
