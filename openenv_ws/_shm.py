@@ -68,6 +68,7 @@ MAX_SIZE = 1 << 30
 _MEMFD_NAME = "openenv-ws-obs"
 _OFFER = re.compile(r"^([1-9][0-9]{0,9}) ([0-9]{1,9}) ([0-9a-f]{32})$")
 _OFFSET = struct.Struct("<Q")
+_MAX_VIEWS = 16  # cached views of a client region
 
 
 class SharedMemoryRefused(Exception):
@@ -137,6 +138,9 @@ class ClientRegion:
         self.size = size
         self.nonce = os.urandom(16)
         self._map[:16] = self.nonce
+        # Views by payload: a server names the same few arrays (one per half and
+        # shape) on every step. Dropped before the mapping is closed.
+        self._views: dict[bytes, np.ndarray[Any, Any]] = {}
 
     def offer(self) -> str:
         """The handshake header value."""
@@ -149,6 +153,9 @@ class ClientRegion:
     def view(self, payload: bytes) -> np.ndarray[Any, Any]:
         """The array an ext type 2 payload points at, in place (valid until the
         server writes that half of the region again)."""
+        arr = self._views.get(payload)
+        if arr is not None:
+            return arr
         if len(payload) < 10:
             raise ProtocolError(f"shared array extension of {len(payload)} bytes is too short")
         (offset,) = _OFFSET.unpack_from(payload)
@@ -161,7 +168,11 @@ class ClientRegion:
                 f"shared array at offset {offset} ({nbytes} bytes) lies outside the "
                 f"{self.size}-byte region"
             )
-        return np.frombuffer(self._map, dtype, count, offset).reshape(shape)
+        arr = np.frombuffer(self._map, dtype, count, offset).reshape(shape)
+        if len(self._views) >= _MAX_VIEWS:
+            self._views.clear()
+        self._views[bytes(payload)] = arr
+        return arr
 
     def drop_descriptor(self) -> None:
         """Close the descriptor and keep the mapping: no new connection can attach it."""
@@ -171,6 +182,7 @@ class ClientRegion:
 
     def close(self) -> None:
         self.drop_descriptor()
+        self._views.clear()
         if not self._map.closed:
             self._map.close()
 

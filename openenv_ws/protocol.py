@@ -65,6 +65,7 @@ __all__ = [
     "error_code_of",
     "error_frame",
     "frame_fields",
+    "native_wire",
     "parse_step",
     "server_frame_from_map",
     "shared_ext_hook",
@@ -392,6 +393,16 @@ _RESULT_LAYOUT = _LAYOUTS[Result] = _layout(Result)
 _STEP_KEYS = tuple(key for _, key, _ in _STEP_LAYOUT.fields)
 _RESULT_KEYS = tuple(key for _, key, _ in _RESULT_LAYOUT.fields)
 _BOOLS = (_FALSE, _TRUE)
+
+#: The C reader of result frames (``openenv_ws/_wire.c``), given this module's
+#: layout; None where the package was installed without a C compiler.
+native_wire: Any
+try:
+    from . import _wire as native_wire  # type: ignore[attr-defined, no-redef]
+except ImportError:
+    native_wire = None
+else:
+    native_wire.configure(_RESULT_LAYOUT.prefix, _RESULT_KEYS)
 
 
 def encode_step(rid: int, action: Any, obs: bool = True) -> bytes:

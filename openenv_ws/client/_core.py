@@ -197,10 +197,21 @@ class ClientCore:
             data, max_frame_size=self.max_frame_size, ext_hook=self._ext_hook
         )
         if self._indexed is not None and type(frame) is Result and frame.obs is not None:
-            rgb = self._colours(frame.obs)
-            if rgb is not None:
-                frame.obs = rgb
+            frame.obs = self._expand_codes(frame.obs)
         return frame
+
+    def native_result(self, fields: tuple[Any, ...]) -> Result:
+        """The ``result`` whose fields the C reader returned (``BlockingWebSocket.exchange``),
+        as :meth:`decode` makes it."""
+        _, rid, ext_type, payload, reward, terminated, truncated, done, info = fields
+        obs = None if payload is None else self._ext_hook(ext_type, payload)
+        if self._indexed is not None and obs is not None:
+            obs = self._expand_codes(obs)
+        return Result(rid, obs, reward, terminated, truncated, done, info)
+
+    def _expand_codes(self, obs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        rgb = self._colours(obs)
+        return obs if rgb is None else rgb
 
     def _colours(self, arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
         """`arr` expanded to RGB (read-only) if it holds the session's colour codes, else None."""

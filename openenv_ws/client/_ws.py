@@ -22,6 +22,7 @@ from typing import Any, NoReturn, TypeVar
 from urllib.parse import SplitResult, urlsplit
 
 from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
+from ..protocol import native_wire
 
 _c_apply_mask: Callable[[bytes, bytes], bytes] | None
 try:
@@ -34,6 +35,7 @@ __all__ = ["NOT_READY", "BlockingWebSocket", "normalize_url"]
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
 _INITIAL_BUFFER = 1 << 18
+_MAX_NATIVE_REQUEST = 4096  # requests the C exchange sends (a step is ~30 bytes)
 T = TypeVar("T")
 
 
@@ -313,6 +315,45 @@ class BlockingWebSocket(ConnectionFacts):
         except OSError as exc:
             self._lost(f"sending failed: {exc}")
 
+    def exchange(self, request: bytes | None, *, timeout: float | None) -> tuple[Any, ...] | None:
+        """Send `request` (None: nothing) and read one reply in C if it is a plain
+        ``result`` (see ``openenv_ws/_wire.c``): its decoded fields, or None when the
+        reply is anything else, left for :meth:`recv`.
+
+        Without the C module, or on TLS, this is :meth:`send` and None.
+        """
+        if (
+            native_wire is None
+            or self._secure
+            or self.closed
+            or self._fragments is not None
+            or timeout == 0.0
+            or (request is not None and len(request) > _MAX_NATIVE_REQUEST)
+        ):
+            if request is not None:
+                self.send(request)
+            return None
+        self._set_timeout(timeout)
+        out: tuple[Any, ...] = native_wire.exchange(
+            self, self._sock.fileno(), request, self.busy_poll, self.max_size
+        )
+        status = out[0]
+        if status == native_wire.OK:
+            return out
+        if status == native_wire.TIMEOUT:
+            raise self._timed_out()
+        if status == native_wire.SEND_FAILED:
+            self._lost(f"sending failed: {OSError(out[1], os.strerror(out[1]))}")
+        if status == native_wire.RECV_FAILED:
+            self._lost(f"receiving failed: {OSError(out[1], os.strerror(out[1]))}")
+        return None
+
+    def _timed_out(self) -> RequestTimeout:
+        return RequestTimeout(
+            f"no reply within {self._timeout} s; the request may still complete, "
+            "its late reply will be discarded"
+        )
+
     def _fill(self, n: int) -> None:
         """Make at least `n` unread bytes available in the buffer."""
         while self._end - self._start < n:
@@ -327,10 +368,7 @@ class BlockingWebSocket(ConnectionFacts):
                         got = self._sock.recv_into(self._view[self._end :])
             except (TimeoutError, BlockingIOError):
                 # BlockingIOError here is SO_RCVTIMEO expiring on a blocking read.
-                raise RequestTimeout(
-                    f"no reply within {self._timeout} s; the request may still complete, "
-                    "its late reply will be discarded"
-                ) from None
+                raise self._timed_out() from None
             except OSError as exc:
                 self._lost(f"receiving failed: {exc}")
             if got == 0:

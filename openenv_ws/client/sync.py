@@ -168,8 +168,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         if ws is None or ws.closed:
             raise self._closed_error()
         try:
-            ws.send(data)
-            reply = reply_to(ws, self._core, rid, timeout)
+            reply = exchange(ws, self._core, data, rid, timeout)
         except SessionClosed as exc:
             if self._core.closed_error is not None:
                 raise self._core.closed_error from None
@@ -295,6 +294,25 @@ class EnvClient(SessionFacts, Generic[ObsT]):
     def _state_from_wire(self, state: dict[str, Any]) -> Any:
         """Turn a ``state`` map into the client's state type."""
         return state
+
+
+def exchange(
+    ws: BlockingWebSocket, core: ClientCore, data: bytes, rid: int, timeout: float | None
+) -> ServerFrame:
+    """Send `data` and return the answer to request `rid`, as :func:`reply_to`.
+
+    A plain ``result`` is read and decoded in C where the module is built
+    (:meth:`BlockingWebSocket.exchange`); every other frame by :func:`reply_to`.
+    """
+    request: bytes | None = data
+    while True:
+        fields = ws.exchange(request, timeout=timeout)
+        if fields is None:
+            return reply_to(ws, core, rid, timeout)
+        request = None
+        reply = core.native_result(fields)
+        if reply.id == rid:
+            return reply
 
 
 def reply_to(

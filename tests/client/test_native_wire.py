@@ -1,0 +1,323 @@
+"""The sync client's C step round trip (openenv_ws/_wire.c) against the Python reader.
+
+The C reader takes only results in the canonical layout and leaves every other
+frame to the Python one, so each test checks both halves: what it decodes
+equals what ``decode_server_frame`` decodes, what it must not take it leaves
+untouched in the buffer, and the client's answers over a scripted real
+socket (pings, late replies, dribbled bytes, oversize frames, cuts, timeouts)
+are those of the Python reader.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from openenv_ws import protocol
+from openenv_ws._arrays import DTYPE_CODES
+from openenv_ws.client._core import ClientCore
+from openenv_ws.client._ws import BlockingWebSocket
+from openenv_ws.client.sync import exchange
+from openenv_ws.errors import RequestTimeout, SessionClosed
+from openenv_ws.protocol import (
+    Result,
+    StateReply,
+    decode_server_frame,
+    encode,
+    encode_result,
+    encode_step,
+)
+
+from .test_async_websocket import accept, frame
+
+wire = protocol.native_wire
+pytestmark = pytest.mark.skipif(wire is None, reason="openenv_ws._wire is not built here")
+
+
+def test_the_c_reader_is_built_where_a_compiler_is() -> None:
+    if os.environ.get("CI"):
+        assert protocol.native_wire is not None, "openenv_ws._wire was not built; is gcc missing?"
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+def _python_fields(payload: bytes) -> tuple[Any, ...]:
+    """What the Python decoder makes of `payload`, as the C reader's tuple."""
+    exts: list[tuple[int, bytes]] = []
+
+    def hook(code: int, data: bytes) -> Any:
+        exts.append((code, data))
+        return np.zeros(1, np.uint8)
+
+    frame = decode_server_frame(payload, ext_hook=hook)
+    assert isinstance(frame, Result)
+    code, data = exts[0] if exts else (0, None)
+    flags = (frame.terminated, frame.truncated, frame.done)
+    return (wire.OK, frame.id, code, data, frame.reward, *flags, frame.info)
+
+
+def _infos(width: int) -> st.SearchStrategy[dict[str, Any]]:
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.floats(allow_nan=False, width=width),  # type: ignore[arg-type]
+        st.text(max_size=300),
+    )
+    return st.dictionaries(st.text(max_size=40), scalars, max_size=20)
+
+
+@st.composite
+def results(draw: st.DrawFn) -> bytes:
+    """A result payload in the canonical layout, with every width of every field."""
+    rid = draw(st.integers(0, protocol.MAX_ID))
+    kind = draw(st.sampled_from(["nil", "inline", "shared"]))
+    if kind == "nil":
+        obs: Any = None
+    elif kind == "inline":
+        obs = np.frombuffer(draw(st.binary(max_size=70_000)), np.uint8)
+    else:
+        obs = protocol.SharedArray(
+            draw(st.integers(4096, 2**40)),
+            draw(st.sampled_from(sorted(DTYPE_CODES.values()))),
+            tuple(draw(st.lists(st.integers(0, 300), max_size=3))),
+        )
+    reward = draw(st.floats(allow_nan=False))
+    flags = draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
+    single = draw(st.booleans())  # floats in the info as float32, as another encoder may send them
+    info = draw(_infos(32 if single else 64))
+    data = encode_result(rid, obs, reward, *flags, info)
+    if single:
+        head, _, _ = data.rpartition(b"\xa4info")
+        data = head + b"\xa4info" + msgpack.packb(info, use_single_float=True)
+    return data
+
+
+@settings(max_examples=300, deadline=None)
+@given(results())
+def test_the_c_reader_decodes_every_canonical_result_as_python_does(payload: bytes) -> None:
+    got = wire.parse_result(payload)
+    want = _python_fields(payload)
+    assert got is not None
+    assert got[:4] == want[:4] and got[5:8] == want[5:8]
+    assert got[4] == want[4] or (math.isinf(got[4]) and got[4] == want[4])
+    assert got[8] == want[8] and [type(v) for v in got[8].values()] == [
+        type(v) for v in want[8].values()
+    ]
+
+
+def _canonical(info: Any = None, reward: float = 1.5) -> bytes:
+    return encode_result(7, None, reward, False, True, True, info or {"lives": 3})
+
+
+@pytest.mark.parametrize(
+    ("name", "payload"),
+    [
+        ("info holds a list", _canonical({"a": [1, 2]})),
+        ("info holds a map", _canonical({"a": {"b": 1}})),
+        ("info holds bytes", _canonical({"a": b"raw"})),
+        ("info is nil", _canonical().rpartition(b"\xa4info")[0] + b"\xa4info\xc0"),
+        ("a NaN reward", _canonical().replace(struct.pack(">d", 1.5), struct.pack(">d", math.nan))),
+        ("a byte after the map", _canonical() + b"\x00"),
+        ("keys in another order", msgpack.packb({"id": 7, "op": "result"})),
+        ("an error frame", encode(protocol.Error(id=7, code="internal", message="x", fatal=False))),
+        ("a state frame", encode(StateReply(id=7, state={"step_count": 1}))),
+        ("ext type 3", _canonical().replace(b"\xa3obs\xc0", b"\xa3obs\xd4\x03\x00")),
+        ("an info key that is not UTF-8", _canonical({"a": 1}).replace(b"\xa1a", b"\xa1\xff")),
+        ("an integer reward", _canonical().replace(b"\xcb" + struct.pack(">d", 1.5), b"\x01")),
+    ],
+)
+def test_the_c_reader_leaves_anything_else_to_python(name: str, payload: bytes) -> None:
+    assert wire.parse_result(payload) is None, name
+
+
+def test_the_c_reader_takes_no_truncated_result() -> None:
+    data = encode_result(70_000, np.arange(300, dtype=np.uint8), 2.0, True, False, True, {"x": 1})
+    assert wire.parse_result(data) is not None
+    for n in range(len(data)):
+        assert wire.parse_result(data[:n]) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=200))
+def test_the_c_reader_never_fails_on_noise(noise: bytes) -> None:
+    prefix = protocol._RESULT_LAYOUT.prefix
+    for data in (noise, prefix + noise):
+        out = wire.parse_result(data)
+        assert out is None or out[0] == wire.OK
+
+
+# ---------------------------------------------------------------------------- over a socket
+
+
+class Scripted:
+    """A loopback server that answers the handshake, then plays `script(conn)` in a thread."""
+
+    def __init__(self, script: Callable[[socket.socket], None]) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"ws://127.0.0.1:{self._listener.getsockname()[1]}/ws"
+        self.received: list[tuple[int, bytes]] = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(script,), daemon=True)
+        self._thread.start()
+
+    def _run(self, script: Callable[[socket.socket], None]) -> None:
+        try:
+            conn, _ = self._listener.accept()
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(4096)
+                conn.sendall(accept(head))
+                self.conn = conn
+                script(conn)
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.error = exc
+
+    def read(self, conn: socket.socket) -> tuple[int, bytes]:
+        """The next client frame, unmasked; recorded."""
+
+        def exactly(n: int) -> bytes:
+            out = b""
+            while len(out) < n:
+                got = conn.recv(n - len(out))
+                if not got:
+                    raise EOFError
+                out += got
+            return out
+
+        b0, b1 = exactly(2)
+        assert b1 & 0x80, "client frames are masked"
+        n = b1 & 0x7F
+        if n == 126:
+            n = struct.unpack("!H", exactly(2))[0]
+        elif n == 127:
+            n = struct.unpack("!Q", exactly(8))[0]
+        mask = exactly(4)
+        data = bytes(b ^ mask[i % 4] for i, b in enumerate(exactly(n)))
+        self.received.append((b0 & 0x0F, data))
+        return b0 & 0x0F, data
+
+    def join(self) -> None:
+        self._thread.join(10)
+        self._listener.close()
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def core() -> ClientCore:
+    return ClientCore({}, token=None, max_frame_size=1 << 22)
+
+
+def _result(rid: int, obs: Any = None, info: dict[str, Any] | None = None) -> bytes:
+    return frame(2, encode_result(rid, obs, float(rid), False, False, False, info or {"n": rid}))
+
+
+def _dribble(conn: socket.socket, data: bytes) -> None:
+    for i in range(len(data)):
+        conn.sendall(data[i : i + 1])
+
+
+@pytest.mark.parametrize("busy_poll", [0.0, 0.002])
+def test_pings_late_replies_and_dribbled_frames_get_the_python_readers_answers(
+    core: ClientCore, busy_poll: float
+) -> None:
+    big = np.arange(300_000, dtype=np.uint8)  # above the reader's first buffer
+
+    def script(conn: socket.socket) -> None:
+        assert server.read(conn)[1] == encode_step(5, 1, True)
+        conn.sendall(_result(5))
+        assert server.read(conn)[1] == encode_step(6, 2, True)
+        # A ping, a late reply to an earlier request, then the answer, byte by byte.
+        _dribble(conn, frame(9, b"still there?") + _result(4) + _result(6))
+        assert server.read(conn) == (10, b"still there?")
+        assert server.read(conn)[1] == encode_step(7, 3, False)
+        conn.sendall(_result(7, big))
+        assert server.read(conn)[1] == encode_step(8, 0, True)
+        conn.sendall(frame(2, encode(StateReply(id=8, state={"ok": True}))) + _result(9))
+        assert server.read(conn)[1] == encode_step(9, 0, True)  # its answer came early
+
+    server = Scripted(script)
+    ws = BlockingWebSocket(server.url, busy_poll=busy_poll)
+    try:
+        fields = ws.exchange(encode_step(5, 1, True), timeout=10)
+        assert fields is not None and fields[:5] == (wire.OK, 5, 0, None, 5.0)
+        assert fields[8] == {"n": 5} and ws.buffered == 0
+        reply = exchange(ws, core, encode_step(6, 2, True), 6, 10)
+        assert isinstance(reply, Result) and (reply.id, reply.info) == (6, {"n": 6})
+        reply = exchange(ws, core, encode_step(7, 3, False), 7, 10)
+        assert isinstance(reply, Result) and np.array_equal(reply.obs, big)
+        state = exchange(ws, core, encode_step(8, 0, True), 8, 10)
+        assert isinstance(state, StateReply) and state.state == {"ok": True}
+        assert ws.buffered > 0  # the next result is already here, unread
+        reply = exchange(ws, core, encode_step(9, 0, True), 9, 10)
+        assert isinstance(reply, Result) and reply.id == 9 and ws.buffered == 0
+    finally:
+        ws.close(timeout=0.5)
+    server.join()
+
+
+def test_a_cut_in_the_middle_of_a_result_is_session_closed(core: ClientCore) -> None:
+    def script(conn: socket.socket) -> None:
+        server.read(conn)
+        conn.sendall(_result(1)[:9])
+        conn.shutdown(socket.SHUT_RDWR)
+
+    server = Scripted(script)
+    ws = BlockingWebSocket(server.url)
+    with pytest.raises(SessionClosed, match="closed the connection"):
+        exchange(ws, core, encode_step(1, 0, True), 1, 10)
+    assert ws.closed
+    server.join()
+
+
+def test_a_silent_server_is_a_request_timeout_and_its_late_reply_is_skipped(
+    core: ClientCore,
+) -> None:
+    go_on = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        server.read(conn)
+        go_on.wait(10)
+        server.read(conn)
+        conn.sendall(_result(1)[:5])  # the late reply, in two pieces
+        conn.sendall(_result(1)[5:] + _result(2))
+
+    server = Scripted(script)
+    ws = BlockingWebSocket(server.url)
+    try:
+        with pytest.raises(RequestTimeout):
+            exchange(ws, core, encode_step(1, 0, True), 1, 0.2)
+        go_on.set()
+        reply = exchange(ws, core, encode_step(2, 0, True), 2, 10)
+        assert isinstance(reply, Result) and reply.id == 2
+    finally:
+        ws.close(timeout=0.5)
+    server.join()
+
+
+def test_a_server_gone_before_the_request_is_session_closed(core: ClientCore) -> None:
+    def script(conn: socket.socket) -> None:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # a reset, not a close frame
+
+    server = Scripted(script)
+    ws = BlockingWebSocket(server.url)
+    server.join()
+    with pytest.raises(SessionClosed):
+        for rid in range(1, 4):  # the first send may still be accepted by the kernel
+            exchange(ws, core, encode_step(rid, 0, True), rid, 10)
+    assert ws.closed
