@@ -468,9 +468,8 @@ static PyObject *exchange(PyObject *module, PyObject *args) {
                 }
                 result = parse_result(base + start + head, length);
                 if (result == NULL) {
-                    if (PyErr_Occurred()) goto done;
-                    result = status(FALLBACK);
-                    break;
+                    if (!PyErr_Occurred()) result = status(FALLBACK);
+                    break; /* out of memory: raised, the frame left unread */
                 }
                 start += head + length;
                 break;
@@ -507,8 +506,18 @@ static PyObject *exchange(PyObject *module, PyObject *args) {
         }
         break;
     }
-    if (set_offset(ws, "_start", start) < 0 || set_offset(ws, "_end", end) < 0) {
-        Py_CLEAR(result);
+    {
+        /* Whatever happened, the bytes read stay: save the offsets. */
+        PyObject *type, *value, *trace;
+        PyErr_Fetch(&type, &value, &trace);
+        if (set_offset(ws, "_start", start) < 0 || set_offset(ws, "_end", end) < 0) {
+            Py_CLEAR(result);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(trace);
+        } else {
+            PyErr_Restore(type, value, trace);
+        }
     }
 done:
     if (buf.obj != NULL) PyBuffer_Release(&buf);
