@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from .. import _palette as palette_mod
+from .._arrays import EXT_NDARRAY
 from .._shm import HEADER as SHM_HEADER
 from .._shm import ClientRegion, readonly_copy, shared_memory_supported
 from ..environment import ArraySpec, EnvSpec
@@ -37,6 +38,7 @@ from ..protocol import (
     Step,
     _ext_hook,
     decode_server_frame,
+    native_wire,
     shared_ext_hook,
 )
 
@@ -193,6 +195,10 @@ class ClientCore:
 
     def decode(self, data: memoryview | bytes) -> ServerFrame:
         """The server frame in `data`; an indexed observation comes back expanded to RGB."""
+        if native_wire is not None and len(data) <= self.max_frame_size:
+            fields = native_wire.parse_result(data)  # a plain result, or None
+            if fields is not None:
+                return self.native_result(fields)
         frame = decode_server_frame(
             data, max_frame_size=self.max_frame_size, ext_hook=self._ext_hook
         )
@@ -201,12 +207,12 @@ class ClientCore:
         return frame
 
     def native_result(self, fields: tuple[Any, ...]) -> Result:
-        """The ``result`` whose fields the C reader returned (``BlockingWebSocket.exchange``),
-        as :meth:`decode` makes it."""
+        """The ``result`` whose fields the C reader returned (``native_wire.parse_result``
+        or ``BlockingWebSocket.exchange``), as :meth:`decode` makes it."""
         _, rid, ext_type, payload, reward, terminated, truncated, done, info = fields
-        obs = None if payload is None else self._ext_hook(ext_type, payload)
-        if self._indexed is not None and obs is not None:
-            obs = self._expand_codes(obs)
+        obs: Any = None if payload is None else self._ext_hook(ext_type, payload)
+        if ext_type == EXT_NDARRAY and self._indexed is not None:
+            obs = self._expand_codes(obs)  # (the region's hook expands codes itself)
         return Result(rid, obs, reward, terminated, truncated, done, info)
 
     def _expand_codes(self, obs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
