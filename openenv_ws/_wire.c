@@ -1,5 +1,6 @@
 /*
- * The synchronous client's step round trip in C: the common case only.
+ * The step loop's frames in C, the common case only: the synchronous client's
+ * round trip, and the server's step requests and results.
  *
  * exchange(ws, fd, request, spin, max_size) sends `request` (a MessagePack
  * payload, or None to send nothing) as one masked binary WebSocket frame on
@@ -27,10 +28,15 @@
  * Masking keys come from getrandom(2), 256 bytes at a time, and the pool is
  * dropped in a forked child so two processes never share keys.
  *
- * configure(result_prefix, keys) gives the layout: the bytes of the map
- * header, "op", "result" and "id", and the six packed keys of obs, reward,
- * terminated, truncated, done and info. openenv_ws.protocol passes its own,
- * so both decoders read the same layout.
+ * The server's side: parse_step(data) reads a plain step request and
+ * pack_result(...) writes a plain result, byte for byte as the Python
+ * functions of openenv_ws.protocol do (which fall back to themselves for
+ * anything else).
+ *
+ * configure(which, prefix, keys) gives the layouts: for "result" and "step",
+ * the bytes of the map header, "op", the op's name and "id", then the packed
+ * keys of the fields in order. openenv_ws.protocol passes its own, so both
+ * sides read and write the same layout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,10 +56,16 @@ enum { OK = 0, FALLBACK = 1, TIMEOUT = 2, SEND_FAILED = 3, RECV_FAILED = 4 };
 
 /* ------------------------------------------------------------------ layout */
 
-static uint8_t result_prefix[64];
-static Py_ssize_t result_prefix_len = 0;
-static uint8_t keys[6][MAX_KEY];
-static Py_ssize_t key_lens[6];
+typedef struct {
+    uint8_t prefix[64]; /* map header, "op", the op's name, "id" */
+    Py_ssize_t prefix_len;
+    uint8_t keys[6][MAX_KEY]; /* the packed keys of the fields after the id */
+    Py_ssize_t key_lens[6];
+    Py_ssize_t nkeys;
+} Layout;
+
+static Layout result_layout, step_layout;
+#define RESULT_KEY(i) result_layout.keys[i], result_layout.key_lens[i]
 
 /* ------------------------------------------------------------------ masking keys */
 
@@ -260,7 +272,8 @@ static PyObject *parse_result(const uint8_t *payload, Py_ssize_t n) {
     uint64_t rid;
     PyObject *flags[3];
     const uint8_t *at = NULL;
-    if (result_prefix_len == 0 || !expect(&r, result_prefix, result_prefix_len) || r.p >= r.end) {
+    if (result_layout.prefix_len == 0 ||
+        !expect(&r, result_layout.prefix, result_layout.prefix_len) || r.p >= r.end) {
         return NULL;
     }
     uint8_t b = *r.p++;
@@ -271,7 +284,7 @@ static PyObject *parse_result(const uint8_t *payload, Py_ssize_t n) {
     } else {
         return NULL;
     }
-    if (!expect(&r, keys[0], key_lens[0]) || r.p >= r.end) {
+    if (!expect(&r, RESULT_KEY(0)) || r.p >= r.end) {
         return NULL;
     }
     /* obs: nil or an extension (fixext 1..16, ext 8/16/32) of type 1 or 2 */
@@ -297,7 +310,7 @@ static PyObject *parse_result(const uint8_t *payload, Py_ssize_t n) {
     const uint8_t *ext_at = at;
     /* reward: float64, not NaN */
     uint64_t bits;
-    if (!expect(&r, keys[1], key_lens[1]) || r.p >= r.end || *r.p++ != 0xcb ||
+    if (!expect(&r, RESULT_KEY(1)) || r.p >= r.end || *r.p++ != 0xcb ||
         !read_uint(&r, 8, &bits)) {
         return NULL;
     }
@@ -307,11 +320,11 @@ static PyObject *parse_result(const uint8_t *payload, Py_ssize_t n) {
         return NULL;
     }
     for (int i = 0; i < 3; i++) {
-        if (!expect(&r, keys[2 + i], key_lens[2 + i]) || !read_bool(&r, &flags[i])) {
+        if (!expect(&r, RESULT_KEY(2 + i)) || !read_bool(&r, &flags[i])) {
             return NULL;
         }
     }
-    if (!expect(&r, keys[5], key_lens[5])) {
+    if (!expect(&r, RESULT_KEY(5))) {
         return NULL;
     }
     PyObject *info = read_info(&r);
@@ -527,20 +540,28 @@ done:
 }
 
 static PyObject *configure(PyObject *module, PyObject *args) {
+    const char *which;
     Py_buffer prefix;
     PyObject *seq;
-    if (!PyArg_ParseTuple(args, "y*O:configure", &prefix, &seq)) {
+    if (!PyArg_ParseTuple(args, "sy*O:configure", &which, &prefix, &seq)) {
         return NULL;
     }
+    Layout *layout = strcmp(which, "result") == 0 ? &result_layout
+                     : strcmp(which, "step") == 0 ? &step_layout
+                                                  : NULL;
     PyObject *fast = PySequence_Fast(seq, "configure: keys must be a sequence of bytes");
-    if (fast == NULL || prefix.len > (Py_ssize_t)sizeof result_prefix ||
-        PySequence_Fast_GET_SIZE(fast) != 6) {
-        if (fast != NULL) PyErr_SetString(PyExc_ValueError, "configure: a short prefix and 6 keys");
+    Py_ssize_t n = fast == NULL ? 0 : PySequence_Fast_GET_SIZE(fast);
+    if (fast == NULL || layout == NULL || prefix.len > (Py_ssize_t)sizeof layout->prefix ||
+        n > 6 || (layout == &result_layout && n != 6) || (layout == &step_layout && n != 2)) {
+        if (fast != NULL) {
+            PyErr_SetString(PyExc_ValueError,
+                            "configure: 'result' with 6 keys or 'step' with 2, a short prefix");
+        }
         Py_XDECREF(fast);
         PyBuffer_Release(&prefix);
         return NULL;
     }
-    for (int i = 0; i < 6; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *key = PySequence_Fast_GET_ITEM(fast, i);
         if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) > MAX_KEY) {
             PyErr_SetString(PyExc_ValueError, "configure: each key is bytes of at most 32");
@@ -548,14 +569,206 @@ static PyObject *configure(PyObject *module, PyObject *args) {
             PyBuffer_Release(&prefix);
             return NULL;
         }
-        key_lens[i] = PyBytes_GET_SIZE(key);
-        memcpy(keys[i], PyBytes_AS_STRING(key), (size_t)key_lens[i]);
+        layout->key_lens[i] = PyBytes_GET_SIZE(key);
+        memcpy(layout->keys[i], PyBytes_AS_STRING(key), (size_t)layout->key_lens[i]);
     }
-    memcpy(result_prefix, prefix.buf, (size_t)prefix.len);
-    result_prefix_len = prefix.len;
+    layout->nkeys = n;
+    memcpy(layout->prefix, prefix.buf, (size_t)prefix.len);
+    layout->prefix_len = prefix.len;
     Py_DECREF(fast);
     PyBuffer_Release(&prefix);
     Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ the server's side */
+
+/* parse_step(data): (id, action, obs) of a step request laid out as encode_step lays it
+ * out with an action in 0..127, else None; the same as protocol.parse_step in Python. */
+static PyObject *parse_step(PyObject *module, PyObject *data) {
+    if (!PyBytes_CheckExact(data) || step_layout.prefix_len == 0) {
+        Py_RETURN_NONE;
+    }
+    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(data);
+    Reader r = {p, p + PyBytes_GET_SIZE(data)};
+    uint64_t rid;
+    if (!expect(&r, step_layout.prefix, step_layout.prefix_len) || r.p >= r.end) {
+        Py_RETURN_NONE;
+    }
+    uint8_t b = *r.p++;
+    if (b <= 0x7f) {
+        rid = b;
+    } else if (b >= 0xcc && b <= 0xce) {
+        if (!read_uint(&r, 1 << (b - 0xcc), &rid)) Py_RETURN_NONE;
+    } else {
+        Py_RETURN_NONE;
+    }
+    if (!expect(&r, step_layout.keys[0], step_layout.key_lens[0]) || r.p >= r.end || *r.p > 0x7f) {
+        Py_RETURN_NONE;
+    }
+    long action = *r.p++;
+    if (!expect(&r, step_layout.keys[1], step_layout.key_lens[1]) || r.end - r.p != 1 ||
+        (*r.p != 0xc2 && *r.p != 0xc3)) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(KlO)", (unsigned long long)rid, action, *r.p == 0xc3 ? Py_True : Py_False);
+}
+
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} Out;
+
+static int put(Out *o, const void *bytes, size_t n) {
+    if (o->len + n > o->cap) {
+        size_t cap = o->cap * 2 > o->len + n ? o->cap * 2 : o->len + n;
+        uint8_t *grown = PyMem_Realloc(o->data, cap);
+        if (grown == NULL) return 0;
+        o->data = grown;
+        o->cap = cap;
+    }
+    memcpy(o->data + o->len, bytes, n);
+    o->len += n;
+    return 1;
+}
+
+static int put_be(Out *o, uint8_t marker, uint64_t v, int width) {
+    uint8_t buf[9];
+    buf[0] = marker;
+    for (int i = 0; i < width; i++) {
+        buf[1 + i] = (uint8_t)(v >> (8 * (width - 1 - i)));
+    }
+    return put(o, buf, (size_t)width + 1);
+}
+
+/* Integers as MessagePack's packer writes them: the smallest unsigned form for
+ * positive values, the smallest signed one for negative values, fixint in -32..127. */
+static int put_uint(Out *o, uint64_t v) {
+    uint8_t b = (uint8_t)v;
+    if (v < 0x80) return put(o, &b, 1);
+    if (v < 0x100) return put_be(o, 0xcc, v, 1);
+    if (v < 0x10000) return put_be(o, 0xcd, v, 2);
+    if (v < 0x100000000ULL) return put_be(o, 0xce, v, 4);
+    return put_be(o, 0xcf, v, 8);
+}
+
+static int put_int(Out *o, int64_t v) {
+    if (v >= 0) return put_uint(o, (uint64_t)v);
+    uint8_t b = (uint8_t)v;
+    if (v >= -32) return put(o, &b, 1);
+    if (v >= -128) return put_be(o, 0xd0, (uint64_t)v, 1);
+    if (v >= -32768) return put_be(o, 0xd1, (uint64_t)v, 2);
+    if (v >= -2147483648LL) return put_be(o, 0xd2, (uint64_t)v, 4);
+    return put_be(o, 0xd3, (uint64_t)v, 8);
+}
+
+static int put_str(Out *o, PyObject *s) {
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(s, &n);
+    if (utf8 == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = n < 32       ? put_be(o, (uint8_t)(0xa0 | n), 0, 0)
+             : n < 0x100   ? put_be(o, 0xd9, (uint64_t)n, 1)
+             : n < 0x10000 ? put_be(o, 0xda, (uint64_t)n, 2)
+                           : put_be(o, 0xdb, (uint64_t)n, 4);
+    return ok && put(o, utf8, (size_t)n);
+}
+
+static int put_double(Out *o, double d) {
+    uint64_t bits;
+    memcpy(&bits, &d, 8);
+    return put_be(o, 0xcb, bits, 8);
+}
+
+/* A scalar as MessagePack's packer writes it; 0 for anything else (or a failure). */
+static int put_scalar(Out *o, PyObject *v) {
+    uint8_t b;
+    if (v == Py_None) {
+        b = 0xc0;
+        return put(o, &b, 1);
+    }
+    if (PyBool_Check(v)) {
+        b = v == Py_True ? 0xc3 : 0xc2;
+        return put(o, &b, 1);
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow == 0) return put_int(o, x);
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+            return put_uint(o, u);
+        }
+        return 0;
+    }
+    if (PyFloat_CheckExact(v)) return put_double(o, PyFloat_AS_DOUBLE(v));
+    if (PyUnicode_CheckExact(v)) return put_str(o, v);
+    return 0;
+}
+
+/* pack_result(id, obs_head, obs_data, reward, terminated, truncated, done, info): the
+ * MessagePack bytes of a result as protocol.encode_result writes them, for an obs already
+ * packed (head and data), a float reward that is not NaN, three bools and an info of
+ * string keys and scalars; None for anything else (the Python encoder then takes it). */
+static PyObject *pack_result(PyObject *module, PyObject *args) {
+    PyObject *rid_o, *reward_o, *flags[3], *info;
+    Py_buffer head, data;
+    if (!PyArg_ParseTuple(args, "Oy*y*OOOOO:pack_result", &rid_o, &head, &data, &reward_o,
+                          &flags[0], &flags[1], &flags[2], &info)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Out o = {NULL, 0, 0};
+    unsigned long long rid = 1ULL << 40; /* out of range unless an int in 0..2**32-1 */
+    if (PyLong_CheckExact(rid_o)) {
+        rid = PyLong_AsUnsignedLongLong(rid_o);
+        if (rid == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* negative or too large: the Python encoder says so */
+            rid = 1ULL << 40;
+        }
+    }
+    double reward = PyFloat_CheckExact(reward_o) ? PyFloat_AS_DOUBLE(reward_o) : NAN;
+    int usable = result_layout.prefix_len > 0 && PyLong_CheckExact(rid_o) &&
+                 rid <= 0xffffffffULL && !isnan(reward) && PyBool_Check(flags[0]) &&
+                 PyBool_Check(flags[1]) && PyBool_Check(flags[2]) && PyDict_CheckExact(info);
+    if (usable) {
+        o.cap = (size_t)(result_layout.prefix_len + head.len + data.len) + 160;
+        o.data = PyMem_Malloc(o.cap);
+        usable = o.data != NULL && put(&o, result_layout.prefix, (size_t)result_layout.prefix_len) &&
+                 put_uint(&o, rid) && put(&o, RESULT_KEY(0)) && put(&o, head.buf, (size_t)head.len) &&
+                 put(&o, data.buf, (size_t)data.len) && put(&o, RESULT_KEY(1)) &&
+                 put_double(&o, reward);
+        for (int i = 0; i < 3 && usable; i++) {
+            uint8_t b = flags[i] == Py_True ? 0xc3 : 0xc2;
+            usable = put(&o, RESULT_KEY(2 + i)) && put(&o, &b, 1);
+        }
+        Py_ssize_t n = usable ? PyDict_GET_SIZE(info) : 0;
+        if (usable) {
+            usable = put(&o, RESULT_KEY(5)) &&
+                     (n < 16 ? put_be(&o, (uint8_t)(0x80 | n), 0, 0)
+                      : n < 0x10000 ? put_be(&o, 0xde, (uint64_t)n, 2)
+                                    : put_be(&o, 0xdf, (uint64_t)n, 4));
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (usable && PyDict_Next(info, &pos, &key, &value)) {
+            usable = PyUnicode_CheckExact(key) && put_str(&o, key) && put_scalar(&o, value);
+        }
+    }
+    if (usable) {
+        result = PyBytes_FromStringAndSize((const char *)o.data, (Py_ssize_t)o.len);
+    } else if (!PyErr_Occurred()) {
+        result = Py_NewRef(Py_None);
+    }
+    PyMem_Free(o.data);
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&data);
+    return result;
 }
 
 static PyObject *parse(PyObject *module, PyObject *args) {
@@ -576,7 +789,12 @@ static PyMethodDef methods[] = {
      "exchange(ws, fd, request, spin, max_size): send request, read one frame; see the module "
      "comment."},
     {"configure", configure, METH_VARARGS,
-     "configure(result_prefix, keys): the layout of result frames."},
+     "configure(which, prefix, keys): the layout of 'result' or 'step' frames."},
+    {"parse_step", parse_step, METH_O,
+     "parse_step(data): (id, action, obs) of a plain step request, or None."},
+    {"pack_result", pack_result, METH_VARARGS,
+     "pack_result(id, obs_head, obs_data, reward, terminated, truncated, done, info): the "
+     "bytes of a plain result, or None."},
     {"parse_result", parse, METH_VARARGS,
      "parse_result(payload): the OK tuple of exchange for a result payload, or None."},
     {NULL, NULL, 0, NULL},
@@ -584,7 +802,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "openenv_ws._wire",
-    "The synchronous client's step round trip in C.", -1, methods,
+    "The step loop's frames in C: the sync client's round trip, the server's step "
+    "request and result.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__wire(void) {

@@ -402,7 +402,8 @@ try:
 except ImportError:
     native_wire = None
 else:
-    native_wire.configure(_RESULT_LAYOUT.prefix, _RESULT_KEYS)
+    native_wire.configure("result", _RESULT_LAYOUT.prefix, _RESULT_KEYS)
+    native_wire.configure("step", _STEP_LAYOUT.prefix, _STEP_KEYS)
 
 
 def encode_step(rid: int, action: Any, obs: bool = True) -> bytes:
@@ -429,6 +430,7 @@ def parse_step(data: bytes) -> tuple[int, int, bool] | None:
     The session's step loop reads its requests this way: the bytes are
     checked as exactly that MessagePack map, so anything this accepts
     :func:`decode_client_frame` decodes to the same ``Step``.
+    ``native_wire.parse_step`` (C, where built) accepts exactly the same bytes.
     """
     prefix = _STEP_LAYOUT.prefix
     if type(data) is not bytes or not data.startswith(prefix):
@@ -494,7 +496,38 @@ def encode_result(
     done: bool,
     info: dict[str, Any],
 ) -> bytes:
-    """``encode(Result(...))`` of these fields, faster for the usual types."""
+    """``encode(Result(...))`` of these fields, faster for the usual types.
+
+    Written in C (``openenv_ws/_wire.c``, where built) for an observation in
+    the shared region or none; in Python otherwise, and for anything the C
+    writer leaves to it (same bytes).
+    """
+    if native_wire is not None:
+        try:
+            head = (
+                _NIL if obs is None else _packed_shared(obs) if type(obs) is SharedArray else None
+            )
+        except (ProtocolError, TypeError, ValueError, OverflowError):
+            head = None  # the Python encoder says what is wrong
+        if head is not None:
+            out: bytes | None = native_wire.pack_result(
+                rid, head, b"", reward, terminated, truncated, done, info
+            )
+            if out is not None:
+                return out
+    return _encode_result_python(rid, obs, reward, terminated, truncated, done, info)
+
+
+def _encode_result_python(
+    rid: int,
+    obs: Any,
+    reward: float,
+    terminated: bool,
+    truncated: bool,
+    done: bool,
+    info: dict[str, Any],
+) -> bytes:
+    """:func:`encode_result` in Python (the reference of the C writer)."""
     if (
         type(rid) is int
         and 0 <= rid <= MAX_ID

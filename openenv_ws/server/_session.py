@@ -38,6 +38,7 @@ from ..protocol import (
     encode,
     encode_result,
     error_frame,
+    native_wire,
     parse_step,
 )
 
@@ -54,6 +55,11 @@ class CloseRequest(NamedTuple):
 
 
 _NORMAL_CLOSE = CloseRequest(1000, "session closed")
+
+# The step loop's request reader: the C one where built (it accepts the same bytes).
+_read_step: Callable[[bytes], tuple[int, int, bool] | None] = (
+    parse_step if native_wire is None else native_wire.parse_step
+)
 
 
 class ServerSession:
@@ -130,7 +136,7 @@ class ServerSession:
         """Serve one request frame; return the encoded reply and an optional close."""
         # The step loop: a plain step of a running episode is read without a full decode.
         step = (
-            parse_step(data)
+            _read_step(data)
             if self.machine.state is SessionState.RUNNING and len(data) <= self._max_frame_size
             else None
         )
