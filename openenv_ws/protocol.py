@@ -504,30 +504,17 @@ def encode_result(
     """
     if native_wire is not None:
         try:
-            head = (
+            packed_obs = (
                 _NIL if obs is None else _packed_shared(obs) if type(obs) is SharedArray else None
             )
         except (ProtocolError, TypeError, ValueError, OverflowError):
-            head = None  # the Python encoder says what is wrong
-        if head is not None:
+            packed_obs = None  # the Python encoder says what is wrong
+        if packed_obs is not None:
             out: bytes | None = native_wire.pack_result(
-                rid, head, b"", reward, terminated, truncated, done, info
+                rid, packed_obs, b"", reward, terminated, truncated, done, info
             )
             if out is not None:
                 return out
-    return _encode_result_python(rid, obs, reward, terminated, truncated, done, info)
-
-
-def _encode_result_python(
-    rid: int,
-    obs: Any,
-    reward: float,
-    terminated: bool,
-    truncated: bool,
-    done: bool,
-    info: dict[str, Any],
-) -> bytes:
-    """:func:`encode_result` in Python (the reference of the C writer)."""
     if (
         type(rid) is int
         and 0 <= rid <= MAX_ID

@@ -7,7 +7,9 @@ writes or decline (None), for every input, odd ones included.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,7 +20,8 @@ from hypothesis import strategies as st
 from openenv_ws import protocol
 from openenv_ws._arrays import DTYPE_CODES
 from openenv_ws._shm import SharedArray
-from openenv_ws.errors import ProtocolError
+
+from .test_protocol_properties import _outcome, damaged
 
 wire = protocol.native_wire
 pytestmark = pytest.mark.skipif(wire is None, reason="openenv_ws._wire is not built here")
@@ -43,14 +46,7 @@ steps = st.builds(protocol.encode_step, ids, st.integers(-300, 300), st.booleans
 def test_the_c_step_reader_accepts_what_the_python_one_accepts(
     data: bytes, draw: st.DataObject
 ) -> None:
-    damaged = bytearray(data)
-    if damaged and draw.draw(st.booleans()):
-        at = draw.draw(st.integers(0, len(damaged) - 1))
-        if draw.draw(st.booleans()):
-            damaged[at] = draw.draw(st.integers(0, 255))
-        else:
-            del damaged[at:]
-    frame = bytes(damaged)
+    frame = damaged(data, draw)
     got = wire.parse_step(frame)
     assert got == protocol.parse_step(frame)
     assert got is None or [type(v) for v in got] == [int, int, bool]
@@ -67,11 +63,19 @@ def test_the_c_step_reader_takes_bytes_only() -> None:
 # ---------------------------------------------------------------------------- results
 
 
-def _outcome(make: Any) -> Any:
+@contextlib.contextmanager
+def python_only() -> Iterator[None]:
+    """The protocol module's encoders without the C writer."""
+    protocol.native_wire = None
     try:
-        return make()
-    except ProtocolError as exc:
-        return ("error", str(exc))
+        yield
+    finally:
+        protocol.native_wire = wire
+
+
+def python_result(*fields: Any) -> Any:
+    with python_only():
+        return _outcome(lambda: protocol.encode_result(*fields))
 
 
 edge_ints = st.sampled_from(
@@ -151,7 +155,7 @@ def test_the_c_result_writer_writes_the_python_bytes_or_declines(
     rid: Any, obs: Any, reward: Any, terminated: Any, truncated: bool, done: bool, info: Any
 ) -> None:
     fields = (rid, obs, reward, terminated, truncated, done, info)
-    want = _outcome(lambda: protocol._encode_result_python(*fields))
+    want = python_result(*fields)
     assert _outcome(lambda: protocol.encode_result(*fields)) == want
     head = b"\xc0" if obs is None else obs.ext_payload()  # any bytes: spliced as they are
     packed = wire.pack_result(rid, head, b"", reward, terminated, truncated, done, info)
@@ -163,7 +167,5 @@ def test_the_c_result_writer_splices_the_observation_as_given() -> None:
     head, data = protocol.array_ext_parts(np.arange(5000, dtype=np.uint8))
     info = {"lives": 3, "frame_number": 123456}
     packed = wire.pack_result(9, head, data, -1.5, False, True, True, info)
-    want = protocol._encode_result_python(
-        9, np.arange(5000, dtype=np.uint8), -1.5, False, True, True, info
-    )
+    want = python_result(9, np.arange(5000, dtype=np.uint8), -1.5, False, True, True, info)
     assert packed == want

@@ -204,6 +204,18 @@ def test_damaged_frames_raise_only_protocol_errors(frame: Any, data: st.DataObje
     _decode_any(bytes(wire), direction)
 
 
+def damaged(data: bytes, draw: st.DataObject) -> bytes:
+    """`data`, or `data` with one byte changed or cut short there, as `draw` decides."""
+    out = bytearray(data)
+    if out and draw.draw(st.booleans()):
+        at = draw.draw(st.integers(0, len(out) - 1))
+        if draw.draw(st.booleans()):
+            out[at] = draw.draw(st.integers(0, 255))
+        else:
+            del out[at:]
+    return bytes(out)
+
+
 def _outcome(make: Any) -> Any:
     try:
         return make()
@@ -266,17 +278,11 @@ def test_parse_step_reads_what_encode_step_writes(rid: int, action: int, obs: bo
 )
 def test_parse_step_never_disagrees_with_the_full_decoder(data: bytes, draw: st.DataObject) -> None:
     """Whatever it accepts (also with a byte changed or cut) decodes to the same step."""
-    damaged = bytearray(data)
-    if damaged and draw.draw(st.booleans()):
-        at = draw.draw(st.integers(0, len(damaged) - 1))
-        if draw.draw(st.booleans()):
-            damaged[at] = draw.draw(st.integers(0, 255))
-        else:
-            del damaged[at:]
-    quick = protocol.parse_step(bytes(damaged))
+    data = damaged(data, draw)
+    quick = protocol.parse_step(data)
     if quick is None:
         return
-    frame = protocol.decode_client_frame(bytes(damaged))
+    frame = protocol.decode_client_frame(data)
     assert isinstance(frame, protocol.Step)
     assert quick == (frame.id, frame.action, frame.obs)
     assert type(quick[2]) is bool
