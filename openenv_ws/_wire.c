@@ -26,7 +26,8 @@
  * polling). The GIL is released around every system call.
  *
  * Masking keys come from getrandom(2), 256 bytes at a time, and the pool is
- * dropped in a forked child so two processes never share keys.
+ * dropped in a forked child so two processes never share keys. mask_frame(opcode,
+ * data) makes any client frame with them (the Python senders use it).
  *
  * The server's side: parse_step(data) reads a plain step request and
  * pack_result(...) writes a plain result, byte for byte as the Python
@@ -74,10 +75,13 @@ static size_t pool_left = 0;
 
 static void forget_pool(void) { pool_left = 0; }
 
+/* A fresh masking key into out[0..3]; -1 with OSError set if none can be had. */
 static int mask_key(uint8_t *out) {
     if (pool_left < 4) {
         ssize_t got = getrandom(pool, sizeof pool, 0);
         if (got != (ssize_t)sizeof pool) {
+            if (got >= 0) errno = EIO;
+            PyErr_SetFromErrno(PyExc_OSError);
             return -1;
         }
         pool_left = sizeof pool;
@@ -85,6 +89,46 @@ static int mask_key(uint8_t *out) {
     memcpy(out, pool + sizeof pool - pool_left, 4);
     pool_left -= 4;
     return 0;
+}
+
+/* The header of a final client frame carrying n bytes, with a fresh masking key
+ * after it, into out (at least 14 bytes): its length, or -1 with OSError set. */
+static Py_ssize_t client_head(uint8_t *out, int opcode, uint64_t n) {
+    Py_ssize_t head;
+    out[0] = (uint8_t)(0x80 | opcode);
+    if (n < 126) {
+        out[1] = (uint8_t)(0x80 | n);
+        head = 2;
+    } else if (n < 0x10000) {
+        out[1] = 0x80 | 126;
+        out[2] = (uint8_t)(n >> 8);
+        out[3] = (uint8_t)n;
+        head = 4;
+    } else {
+        out[1] = 0x80 | 127;
+        for (int i = 0; i < 8; i++) {
+            out[2 + i] = (uint8_t)(n >> (56 - 8 * i));
+        }
+        head = 10;
+    }
+    return mask_key(out + head) < 0 ? -1 : head + 4;
+}
+
+/* dst = src masked with the 4-byte key, eight bytes at a time. */
+static void mask_copy(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t *key) {
+    uint32_t k32;
+    memcpy(&k32, key, 4);
+    uint64_t k64 = (uint64_t)k32 << 32 | k32; /* the key twice, in either byte order */
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, src + i, 8);
+        w ^= k64;
+        memcpy(dst + i, &w, 8);
+    }
+    for (; i < n; i++) {
+        dst[i] = src[i] ^ key[i & 3];
+    }
 }
 
 /* ------------------------------------------------------------------ reading MessagePack */
@@ -413,28 +457,10 @@ static PyObject *exchange(PyObject *module, PyObject *args) {
             goto done;
         }
         uint8_t frame[14 + MAX_REQUEST];
-        size_t head;
-        frame[0] = 0x82;
-        if (n < 126) {
-            frame[1] = 0x80 | (uint8_t)n;
-            head = 2;
-        } else {
-            frame[1] = 0x80 | 126;
-            frame[2] = (uint8_t)(n >> 8);
-            frame[3] = (uint8_t)n;
-            head = 4;
-        }
-        uint8_t *mask = frame + head;
-        if (mask_key(mask) < 0) {
-            result = status(FALLBACK); /* nothing sent: the Python sender takes it */
-            goto done;
-        }
-        const uint8_t *src = req.buf;
-        uint8_t *dst = frame + head + 4;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            dst[i] = src[i] ^ mask[i & 3];
-        }
-        int err = send_all(fd, frame, head + 4 + (size_t)n);
+        Py_ssize_t head = client_head(frame, 2, (uint64_t)n);
+        if (head < 0) goto done; /* nothing sent */
+        mask_copy(frame + head, req.buf, (size_t)n, frame + head - 4);
+        int err = send_all(fd, frame, (size_t)(head + n));
         if (err < 0) goto done;
         if (err > 0) {
             result = failed(SEND_FAILED, err);
@@ -537,6 +563,32 @@ done:
     Py_XDECREF(bufobj);
     if (req.obj != NULL) PyBuffer_Release(&req);
     return result;
+}
+
+/* mask_frame(opcode, data): one final client frame carrying data, masked with a fresh key. */
+static PyObject *mask_frame(PyObject *module, PyObject *args) {
+    int opcode;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "iy*:mask_frame", &opcode, &data)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (opcode < 0 || opcode > 15) {
+        PyErr_Format(PyExc_ValueError, "opcode must be in 0..15, got %d", opcode);
+    } else {
+        uint8_t head[14];
+        Py_ssize_t n = client_head(head, opcode, (uint64_t)data.len);
+        if (n >= 0) {
+            out = PyBytes_FromStringAndSize(NULL, n + data.len);
+        }
+        if (out != NULL) {
+            uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+            memcpy(o, head, (size_t)n);
+            mask_copy(o + n, data.buf, (size_t)data.len, head + n - 4);
+        }
+    }
+    PyBuffer_Release(&data);
+    return out;
 }
 
 static PyObject *configure(PyObject *module, PyObject *args) {
@@ -788,6 +840,8 @@ static PyMethodDef methods[] = {
     {"exchange", exchange, METH_VARARGS,
      "exchange(ws, fd, request, spin, max_size): send request, read one frame; see the module "
      "comment."},
+    {"mask_frame", mask_frame, METH_VARARGS,
+     "mask_frame(opcode, data): a final client frame carrying data, masked with a fresh key."},
     {"configure", configure, METH_VARARGS,
      "configure(which, prefix, keys): the layout of 'result' or 'step' frames."},
     {"parse_step", parse_step, METH_O,

@@ -136,6 +136,9 @@ def close_payload(code: int, reason: str) -> bytes:
 
 def frame_bytes(opcode: int, data: bytes) -> bytes:
     """One final client frame (masked with a fresh random key) carrying `data`."""
+    if native_wire is not None:
+        frame: bytes = native_wire.mask_frame(opcode, data)
+        return frame
     mask = os.urandom(4)
     return _frame_header(opcode, len(data), mask) + _apply_mask(data, mask)
 

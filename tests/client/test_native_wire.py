@@ -405,3 +405,49 @@ def _unframe(data: bytes) -> bytes:
     n = data[1] & 0x7F
     head = {126: 4, 127: 10}.get(n, 2)
     return data[head:]
+
+
+# ---------------------------------------------------------------------------- masking
+
+
+def _unmask(frame_bytes: bytes) -> tuple[int, bytes, bytes]:
+    """(opcode, payload, key) of one masked client frame."""
+    b0, b1 = frame_bytes[0], frame_bytes[1]
+    assert b0 & 0x80 and b1 & 0x80, "final and masked"
+    n, at = b1 & 0x7F, 2
+    if n == 126:
+        n, at = struct.unpack("!H", frame_bytes[2:4])[0], 4
+    elif n == 127:
+        n, at = struct.unpack("!Q", frame_bytes[2:10])[0], 10
+    key = frame_bytes[at : at + 4]
+    body = frame_bytes[at + 4 :]
+    assert len(body) == n
+    return b0 & 0x0F, bytes(b ^ key[i % 4] for i, b in enumerate(body)), key
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 125, 126, 127, 65535, 65536, 70_001])
+def test_client_frames_unmask_to_their_payload_at_every_length_form(n: int) -> None:
+    payload = os.urandom(n)
+    opcode, got, _ = _unmask(wire.mask_frame(2, payload))
+    assert (opcode, got) == (2, payload)
+    assert _unmask(wire.mask_frame(8, b"\x03\xe8bye"))[:2] == (8, b"\x03\xe8bye")
+    with pytest.raises(ValueError, match="opcode"):
+        wire.mask_frame(16, b"")
+
+
+def test_every_frame_gets_a_fresh_key_and_a_forked_child_other_keys() -> None:
+    keys = [_unmask(wire.mask_frame(2, b"k"))[2] for _ in range(200)]  # across pool refills
+    assert len(set(keys)) > 190
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first keys, to the parent
+        try:
+            os.write(write, b"".join(_unmask(wire.mask_frame(2, b"k"))[2] for _ in range(8)))
+        finally:
+            os._exit(0)
+    os.close(write)
+    child = os.read(read, 64)
+    os.close(read)
+    os.waitpid(pid, 0)
+    parent = b"".join(_unmask(wire.mask_frame(2, b"k"))[2] for _ in range(8))
+    assert len(child) == 32 and child != parent
