@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 #: The folder holding the ``benchmarks`` package, for peers started with ``-m``.
-_ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
@@ -147,7 +147,7 @@ class PeerServer:
 
     def __enter__(self) -> PeerServer:
         self._log = tempfile.TemporaryFile()
-        path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
             [sys.executable, "-m", self.module],
             stdin=subprocess.DEVNULL,

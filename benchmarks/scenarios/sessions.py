@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -11,7 +14,7 @@ from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
 
 from ..measure import Workload, rss_bytes
-from ..servers import our_server, pool_args, supports_pool, wait_pool_full
+from ..servers import ROOT, our_server, pool_args, supports_pool, wait_pool_full
 from ..suite import Column, Context, Section, scenario
 
 __all__: list[str] = []
@@ -146,28 +149,54 @@ def run_memory(ctx: Context) -> Section:
     section.add(**base, path="openenv-ws server", **row)
     section.notes.append(
         "RSS of the server process after one session was opened and closed (imports and "
-        "first-use costs are paid), then with N sessions open and reset; in-process: this "
-        "process's RSS growth for N AtariEnvironment instances."
+        "first-use costs are paid), then with N sessions open and reset; in-process: the "
+        "same for N AtariEnvironment instances in a fresh process."
     )
     return section
 
 
 def _inprocess_memory(work: Workload, n: int) -> dict[str, float]:
+    """RSS growth of a fresh process for `n` environments, as the server is a fresh process.
+
+    Measured in this process, it would read the memory earlier scenarios freed
+    and the allocator hands back without the RSS growing.
+    """
+    code = (
+        "import json, sys; from benchmarks.scenarios.sessions import environments_rss; "
+        "print(json.dumps(environments_rss(json.loads(sys.argv[1]), int(sys.argv[2]), "
+        "int(sys.argv[3]))))"
+    )
+    args = [json.dumps(work.config), str(n), str(work.seed)]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    before, after = json.loads(done.stdout.strip().splitlines()[-1])
+    return _memory_row(before, after, n)
+
+
+def environments_rss(config: dict[str, Any], n: int, seed: int) -> tuple[int, int]:
+    """This process's RSS before and after making and resetting `n` environments
+    (after one made and closed, so imports and first-use costs are paid)."""
     import os
 
     from atari import AtariEnvironment
 
-    warm = AtariEnvironment(work.config)
-    warm.reset(seed=work.seed)
+    warm = AtariEnvironment(config)
+    warm.reset(seed=seed)
     warm.close()
     before = rss_bytes(os.getpid())
-    envs = [AtariEnvironment(work.config) for _ in range(n)]
+    envs = [AtariEnvironment(config) for _ in range(n)]
     for env in envs:
-        env.reset(seed=work.seed)
+        env.reset(seed=seed)
     after = rss_bytes(os.getpid())
     for env in envs:
         env.close()
-    return _memory_row(before, after, n)
+    return before, after
 
 
 def _server_memory(url: str, pid: int, work: Workload, n: int) -> dict[str, float]:
