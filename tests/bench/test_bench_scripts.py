@@ -3,8 +3,10 @@
 ``benchmarks/bench_vector.py`` (16 pipelined sessions against in-process ALE),
 ``benchmarks/bench_churn.py`` (sessions coming and going next to one that steps),
 ``benchmarks/bench_frame_cache.py`` (what writing frames into shared regions
-costs the emulator) and ``benchmarks/bench_ale_inprocess.py`` (the
-environment wrapper's own cost) back figures quoted in the README; a short
+costs the emulator), ``benchmarks/bench_ale_inprocess.py`` (the
+environment wrapper's own cost) and ``benchmarks/bench_floor.py`` (a bare
+request/reply against ours with a zero-cost environment) back figures quoted
+in the README; a short
 run of each keeps them working. No timing assertions: each row must be there
 with positive numbers.
 """
@@ -37,6 +39,13 @@ def _run(script: str, *args: str) -> str:
     return done.stdout
 
 
+def _positive_row(out: str, pattern: str, what: str) -> None:
+    """The line of `out` that `pattern` matches exists and its numbers are positive."""
+    row = re.search(pattern, out, re.M)
+    assert row is not None, f"no row for {what}:\n{out}"
+    assert all(float(v) > 0 for v in row.groups() if v is not None)
+
+
 def _two_cores() -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.fail("these scripts pin a server and a client to two different cores")
@@ -52,11 +61,8 @@ def test_bench_vector_prints_every_contender_with_a_ratio() -> None:
         "websocket, same, RGB frames",
     )
     for name in names:
-        row = re.search(
-            rf"^{re.escape(name)}.*?\s{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}$", out, re.M
-        )
-        assert row is not None, f"no row for {name!r}:\n{out}"
-        assert all(float(v) > 0 for v in row.groups())
+        pattern = rf"^{re.escape(name)}.*?\s{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}$"
+        _positive_row(out, pattern, repr(name))
     assert re.search(rf"server efficiency \(steps/s\): {NUMBER}x", out), out
 
 
@@ -64,14 +70,11 @@ def test_bench_frame_cache_prints_each_session_count() -> None:
     _two_cores()
     out = _run("bench_frame_cache.py", "--sessions", "1", "3", "--steps", "100", "--rounds", "1")
     for n in (1, 3):
-        row = re.search(
+        pattern = (
             rf"^\s+{n}\s+{NUMBER} us\s+{NUMBER} us \({NUMBER}x\)\s+{NUMBER} us \({NUMBER}x\)"
-            rf"\s+{NUMBER} us \({NUMBER}x\)$",
-            out,
-            re.M,
+            rf"\s+{NUMBER} us \({NUMBER}x\)$"
         )
-        assert row is not None, f"no row for {n} sessions:\n{out}"
-        assert all(float(v) > 0 for v in row.groups())
+        _positive_row(out, pattern, f"{n} sessions")
 
 
 def test_bench_ale_inprocess_prints_the_wrapper_cost() -> None:
@@ -105,3 +108,15 @@ def test_bench_churn_prints_each_server_and_its_rom_loads() -> None:
     # (and one still open when the steady session ends may have loaded too).
     no_pool = rows["no pool, churn"]
     assert no_pool[5] > 0 and no_pool[7] >= 100, out
+
+
+def test_bench_floor_prints_both_contenders_in_each_placement() -> None:
+    _two_cores()
+    out = _run("bench_floor.py", "--steps", "300", "--rounds", "1")
+    for placement in ("shared", "split", "split, polling"):
+        for contender in ("bare TCP", "openenv-ws, zero-cost env"):
+            pattern = (
+                rf"^{re.escape(placement)}\s+{re.escape(contender)}\s+{NUMBER}\s+{NUMBER}\s+"
+                rf"{NUMBER}x$"
+            )
+            _positive_row(out, pattern, f"{placement!r}, {contender!r}")
