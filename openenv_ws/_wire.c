@@ -519,19 +519,27 @@ static PyObject *exchange(PyObject *module, PyObject *args) {
             break;
         }
         ssize_t got = -1;
-        int err = 0;
-        Py_BEGIN_ALLOW_THREADS
+        int err = EAGAIN;
         if (spin > 0) {
+            Py_BEGIN_ALLOW_THREADS
             double deadline = now() + spin;
             do {
                 got = recv(fd, base + end, (size_t)(buf.len - end), MSG_DONTWAIT);
             } while (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && now() < deadline);
+            err = got < 0 ? errno : 0;
+            Py_END_ALLOW_THREADS
         }
-        if (got < 0) {
+        if (got < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+            /* A signal that came while spinning (or sending) would not interrupt the
+             * blocking read: run its handler first, as the interpreter would. */
+            if (PyErr_CheckSignals() < 0) {
+                break; /* the handler raised: the offsets are saved below */
+            }
+            Py_BEGIN_ALLOW_THREADS
             got = recv(fd, base + end, (size_t)(buf.len - end), 0);
+            err = got < 0 ? errno : 0;
+            Py_END_ALLOW_THREADS
         }
-        err = got < 0 ? errno : 0;
-        Py_END_ALLOW_THREADS
         if (got > 0) {
             end += got;
             continue;

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -365,7 +367,8 @@ def test_any_stream_of_frames_reads_as_the_python_reader_reads_it(
             conn.sendall(data[at : at + cut])
             at += cut
         conn.sendall(data[at:])
-        conn.recv(1 << 16)  # until the client closes (pongs included)
+        while conn.recv(1 << 16):  # until the client closes: pongs read, none left unread
+            pass  # (closing with unread bytes would reset the connection under the client)
 
     server = Scripted(script)
     core = ClientCore({}, token=None, max_frame_size=1 << 22)
@@ -451,3 +454,42 @@ def test_every_frame_gets_a_fresh_key_and_a_forked_child_other_keys() -> None:
     os.waitpid(pid, 0)
     parent = b"".join(_unmask(wire.mask_frame(2, b"k"))[2] for _ in range(8))
     assert len(child) == 32 and child != parent
+
+
+class _Poked(Exception):
+    """Raised by the test's signal handler."""
+
+
+@pytest.mark.parametrize("busy_poll", [0.0, 0.5])
+def test_a_signal_while_waiting_for_a_reply_runs_its_handler_at_once(
+    core: ClientCore, busy_poll: float
+) -> None:
+    """Blocked in the kernel or spinning (then about to block with no timeout), the
+    read lets the signal's handler run as the interpreter would, not after the reply."""
+    done = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        server.read(conn)
+        done.wait(10)  # never answers while the client waits
+
+    def poke(signum: int, frame: Any) -> None:
+        raise _Poked
+
+    previous = signal.signal(signal.SIGUSR1, poke)
+    server = Scripted(script)
+    ws = BlockingWebSocket(server.url, busy_poll=busy_poll)
+    timer = threading.Timer(
+        0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1)
+    )
+    try:
+        timer.start()
+        began = time.monotonic()
+        with pytest.raises(_Poked):
+            exchange(ws, core, encode_step(1, 0, True), 1, None)
+        assert time.monotonic() - began < 5  # the server stays silent for 10 s
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+        done.set()
+        ws.close(timeout=0.5)
+    server.join()
