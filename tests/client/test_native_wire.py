@@ -200,17 +200,13 @@ class Scripted:
                 out += got
             return out
 
-        b0, b1 = exactly(2)
-        assert b1 & 0x80, "client frames are masked"
-        n = b1 & 0x7F
-        if n == 126:
-            n = struct.unpack("!H", exactly(2))[0]
-        elif n == 127:
-            n = struct.unpack("!Q", exactly(8))[0]
-        mask = exactly(4)
-        data = bytes(b ^ mask[i % 4] for i, b in enumerate(exactly(n)))
-        self.received.append((b0 & 0x0F, data))
-        return b0 & 0x0F, data
+        head = exactly(2)
+        n = head[1] & 0x7F
+        head += exactly({126: 2, 127: 8}.get(n, 0))
+        length = int.from_bytes(head[2:], "big") if n >= 126 else n
+        opcode, data, _ = _unmask(head + exactly(4 + length))
+        self.received.append((opcode, data))
+        return opcode, data
 
     def join(self) -> None:
         self._thread.join(10)
