@@ -29,8 +29,8 @@ def _numpy_expand(indices: Any, palette: bytes, out: Any) -> None:
 #: expand(indices, palette, out): write the colour of each index of `indices` into
 #: `out` (shape ``indices.shape + (3,)``); both C-contiguous uint8, `palette`
 #: :data:`PALETTE_BYTES` bytes. The C loop (with AVX-512 byte permutes where
-#: the CPU has them: 3.4 us a frame against 8.7), or numpy (~70 us) where the
-#: package was installed without a C compiler.
+#: the CPU has them: ~5 us a frame against ~10; benchmarks/bench_expand.py),
+#: or numpy (~75 us) where the package was installed without a C compiler.
 expand: Callable[[Any, bytes, Any], None]
 try:
     from ._expand import expand  # type: ignore[no-redef]

@@ -120,3 +120,16 @@ def test_bench_floor_prints_both_contenders_in_each_placement() -> None:
                 rf"{NUMBER}x$"
             )
             _positive_row(out, pattern, f"{placement!r}, {contender!r}")
+
+
+def test_bench_expand_prints_every_kernel_against_ale() -> None:
+    from openenv_ws import _palette
+
+    out = _run("bench_expand.py", "--frames", "20", "--rounds", "1", "--repeats", "2")
+    names = ["ALE getScreenRGB", "ALE getScreen", "expand, numpy"]
+    if _palette.NATIVE:
+        from openenv_ws._expand import KERNEL
+
+        names += [f"expand, {KERNEL}", "expand, portable"]
+    for name in names:
+        _positive_row(out, rf"^{re.escape(name)}\s+{NUMBER}\s+{NUMBER}x$", repr(name))
