@@ -10,6 +10,11 @@ The server never outlives the process that started it:
   (see :mod:`openenv_ws.providers._child`);
 - on Linux, when started from the main thread, the kernel also sends it
   SIGTERM the moment the parent dies (``PR_SET_PDEATHSIG``).
+
+The server runs in a session (and process group) of its own, so a Ctrl-C in
+the terminal interrupts the user's code with ``KeyboardInterrupt`` while the
+server keeps serving: ``except KeyboardInterrupt: save()`` can still step,
+and the server stops when the provider does.
 """
 
 from __future__ import annotations
@@ -134,6 +139,9 @@ class LocalServerProvider:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 env=env,
+                # A session of its own: the terminal's Ctrl-C (SIGINT to the foreground
+                # process group) reaches the user's code, not the server under it.
+                start_new_session=True,
                 preexec_fn=functools.partial(_die_with_parent, os.getpid()) if arm else None,
             )
         except BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import selectors
@@ -237,3 +238,52 @@ def test_reading_a_servers_output_never_costs_it_a_line(tmp_path: Path) -> None:
         assert child.wait() == 0
         expected = "".join(f"line {i:05d}\n" for i in range(lines))
         assert read_output(log) == expected, f"after {reads} reads while the child wrote"
+
+
+# A training loop run from a terminal: its own process group, as a shell's foreground job.
+CTRL_C_LOOP = r"""
+import sys, time
+from atari import AtariEnv
+
+env = AtariEnv(game="pong")
+print("server", env._provider.pid, flush=True)
+result = env.reset(seed=0)
+steps = 0
+try:
+    while True:
+        result = env.step(0)
+        steps += 1
+        if steps == 20:
+            print("stepping", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    time.sleep(float(sys.argv[1]))  # saving a checkpoint takes a while
+    env.step(0)  # and the session is still there afterwards
+    print("saved", flush=True)
+env.close()
+"""
+
+
+def test_ctrl_c_interrupts_the_loop_and_spares_the_embedded_server() -> None:
+    loop = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_LOOP, str(UNIT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    server = 0
+    try:
+        _, pid = read_line(loop, 60 * UNIT).split()
+        server = int(pid)
+        assert read_line(loop, 60 * UNIT).strip() == "stepping"
+        os.killpg(loop.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        out, err = loop.communicate(timeout=30 * UNIT)
+        assert "interrupted\nsaved\n" in out, f"stdout: {out!r}\nstderr: {err[-2000:]}"
+        assert loop.returncode == 0, err[-2000:]
+        assert wait_dead(server), "the embedded server outlived the interrupted program"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(loop.pid, signal.SIGKILL)
+        loop.communicate()
+        kill_quietly(server)
