@@ -9,10 +9,14 @@ offer a memory region instead:
    server can never fault writing into it), writes 16 random bytes (the
    *nonce*) at its start, and sends ``X-OpenEnv-WS-SHM: <pid> <fd> <nonce hex>``
    in its WebSocket handshake.
-2. The server opens ``/proc/<pid>/fd/<fd>``, checks it is such a memfd and
-   that it starts with the nonce (which proves both run on one host and the
-   client owns it), maps it and answers ``X-OpenEnv-WS-SHM: ok`` (or
-   ``refused: <why>``; the session then works as usual).
+2. The server resolves ``/proc/<pid>/fd/<fd>`` to the object it names without
+   opening that object (``O_PATH``), checks through its own descriptor that
+   it is such a memfd, and only then opens it; a region that starts with the
+   nonce (which proves both run on one host and the client owns it) is
+   mapped and the answer is ``X-OpenEnv-WS-SHM: ok``. Otherwise it is
+   ``refused: <why>``, with one reason for every descriptor that does not
+   qualify, so a refusal tells nothing about other files or processes; the
+   session then works as usual.
 3. On that connection, a ``result`` observation of at least
    :data:`MIN_SHARED_BYTES` is written into the region and the frame carries
    MessagePack ext type 2 (offset, dtype, shape) instead of the bytes. The
@@ -25,6 +29,8 @@ offer a memory region instead:
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import mmap
 import os
 import re
@@ -43,6 +49,7 @@ __all__ = [
     "EXT_SHARED",
     "HEADER",
     "MIN_SHARED_BYTES",
+    "UNUSABLE",
     "ClientRegion",
     "ServerRegion",
     "SharedArray",
@@ -66,9 +73,20 @@ DEFAULT_SIZE = 8 << 20
 MAX_SIZE = 1 << 30
 
 _MEMFD_NAME = "openenv-ws-obs"
+# What /proc/self/fd shows for such a memfd (exactly: a longer name is another file).
+_MEMFD_LINK = f"/memfd:{_MEMFD_NAME} (deleted)"
+#: The answer to every offer whose descriptor does not qualify, whatever it names.
+UNUSABLE = (
+    "the offered descriptor is not a usable openenv-ws region (SPEC section 17.1 "
+    "lists the rules); observations travel inline"
+)
+# Not in Python 3.11's fcntl (Linux 5.1+).
+_F_SEAL_FUTURE_WRITE = 0x0010
 _OFFER = re.compile(r"^([1-9][0-9]{0,9}) ([0-9]{1,9}) ([0-9a-f]{32})$")
 _OFFSET = struct.Struct("<Q")
 _MAX_VIEWS = 16  # cached views of a client region
+
+logger = logging.getLogger(__name__)
 
 
 class SharedMemoryRefused(Exception):
@@ -187,6 +205,80 @@ class ClientRegion:
             self._map.close()
 
 
+class _Unusable(Exception):
+    """An offered descriptor fails a check of :func:`_map_offered` (the message says which)."""
+
+
+def _mount_id(fd: int) -> int:
+    """The id of the mount `fd`'s file is on (from /proc: no call into its file system)."""
+    with open(f"/proc/self/fdinfo/{fd}", "rb") as info:
+        for line in info:
+            if line.startswith(b"mnt_id:"):
+                return int(line[7:])
+    raise _Unusable("the kernel shows no mount id")
+
+
+@functools.cache
+def _memfd_home() -> tuple[int, int]:
+    """(mount id, device) of this kernel's memfds, read from one made for the purpose."""
+    fd = os.memfd_create("openenv-ws-probe", os.MFD_CLOEXEC)
+    try:
+        return _mount_id(fd), os.fstat(fd).st_dev
+    finally:
+        os.close(fd)
+
+
+def _map_offered(pid: int, fd_number: int, nonce: bytes) -> tuple[mmap.mmap, int]:
+    """Map process `pid`'s descriptor `fd_number` if it is a client region holding `nonce`.
+
+    Raises:
+        _Unusable, OSError, ValueError: it is not (the message says why).
+    """
+    import fcntl
+
+    home_mount, home_device = _memfd_home()
+    # O_PATH takes the object the client's descriptor names without opening it
+    # (no permission check, no side effect of opening). Every check below looks
+    # at this process's own descriptor, which the client cannot swap; only an
+    # object that passes them is opened for writing.
+    handle = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_PATH | os.O_CLOEXEC)
+    try:
+        # The mount first: fstat on a file elsewhere (FUSE) could call into a
+        # file system its owner controls.
+        if _mount_id(handle) != home_mount:
+            raise _Unusable("not on the kernel's memfd mount")
+        if os.readlink(f"/proc/self/fd/{handle}") != _MEMFD_LINK:
+            raise _Unusable(f"not a memfd named {_MEMFD_NAME}")
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_dev != home_device:
+            raise _Unusable("not a plain memfd (hugetlb?)")
+        fd = os.open(
+            f"/proc/self/fd/{handle}", os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+        )
+    finally:
+        os.close(handle)
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        if not seals & fcntl.F_SEAL_SHRINK:
+            raise _Unusable("not sealed against shrinking")
+        if seals & (fcntl.F_SEAL_WRITE | _F_SEAL_FUTURE_WRITE):
+            raise _Unusable("sealed against writing")
+        # Read once shrinking is known to be sealed: the size can no longer drop
+        # under the mapping (a write past the end would kill the server).
+        size = os.fstat(fd).st_size
+        if not FIRST_PAGE + 2 * MIN_SHARED_BYTES <= size <= MAX_SIZE:
+            raise _Unusable(
+                f"{size} bytes is outside {FIRST_PAGE + 2 * MIN_SHARED_BYTES}..{MAX_SIZE}"
+            )
+        region = mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+    if region[:16] != nonce:
+        region.close()
+        raise _Unusable("the region does not hold the offered nonce")
+    return region, size
+
+
 class Slot(NamedTuple):
     """A half of a region as an array, and what names it in a reply once written."""
 
@@ -212,45 +304,22 @@ class ServerRegion:
 
     @classmethod
     def attach(cls, offer: str) -> ServerRegion:
-        """Map the region of a handshake offer; :class:`SharedMemoryRefused` says why not."""
-        import fcntl
+        """Map the region of a handshake offer; :class:`SharedMemoryRefused` says why not.
 
+        Every offer whose descriptor does not qualify gets the same reason
+        (:data:`UNUSABLE`); the particular one is logged at debug level.
+        """
         if not shared_memory_supported():
             raise SharedMemoryRefused("this server's platform has no sealed memfds")
         match = _OFFER.match(offer.strip())
         if match is None:
             raise SharedMemoryRefused("the offer is not '<pid> <fd> <32 hex digits>'")
         pid, fd_number, nonce = int(match[1]), int(match[2]), bytes.fromhex(match[3])
-        path = f"/proc/{pid}/fd/{fd_number}"
         try:
-            target = os.readlink(path)
-        except OSError:
-            raise SharedMemoryRefused("no such process or descriptor on this host") from None
-        if not target.startswith(f"/memfd:{_MEMFD_NAME}"):
-            raise SharedMemoryRefused("the descriptor is not an openenv-ws memfd")
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise SharedMemoryRefused(f"the region cannot be opened ({exc.strerror})") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise SharedMemoryRefused("the descriptor is not a memory file")
-            size = info.st_size
-            if not FIRST_PAGE + 2 * MIN_SHARED_BYTES <= size <= MAX_SIZE:
-                raise SharedMemoryRefused(f"region size {size} is outside the allowed range")
-            try:
-                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-            except OSError:
-                raise SharedMemoryRefused("the region cannot be sealed") from None
-            if not seals & fcntl.F_SEAL_SHRINK:
-                raise SharedMemoryRefused("the region is not sealed against shrinking")
-            region = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        if region[:16] != nonce:
-            region.close()
-            raise SharedMemoryRefused("the region does not hold the offered nonce")
+            region, size = _map_offered(pid, fd_number, nonce)
+        except (_Unusable, OSError, ValueError) as exc:
+            logger.debug("shared region of pid %d fd %d refused: %s", pid, fd_number, exc)
+            raise SharedMemoryRefused(UNUSABLE) from None
         return cls(region, size)
 
     def reserve(self, layout: tuple[tuple[int, ...], np.dtype[Any]]) -> Slot | None:
