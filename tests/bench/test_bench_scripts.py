@@ -4,9 +4,10 @@
 ``benchmarks/bench_churn.py`` (sessions coming and going next to one that steps),
 ``benchmarks/bench_frame_cache.py`` (what writing frames into shared regions
 costs the emulator), ``benchmarks/bench_ale_inprocess.py`` (the
-environment wrapper's own cost) and ``benchmarks/bench_floor.py`` (a bare
-request/reply against ours with a zero-cost environment) back figures quoted
-in the README; a short
+environment wrapper's own cost), ``benchmarks/bench_floor.py`` (a bare
+request/reply against ours with a zero-cost environment) and
+``benchmarks/bench_hostile.py`` (floods, cold opens and a slowloris next to a
+session that steps) back figures quoted in the README and the issues; a short
 run of each keeps them working. No timing assertions: each row must be there
 with positive numbers.
 """
@@ -133,3 +134,36 @@ def test_bench_expand_prints_every_kernel_against_ale() -> None:
         names += [f"expand, {KERNEL}", "expand, portable"]
     for name in names:
         _positive_row(out, rf"^{re.escape(name)}\s+{NUMBER}\s+{NUMBER}x$", repr(name))
+
+
+def test_bench_hostile_prints_every_phase_and_what_the_attacks_did() -> None:
+    out = _run(
+        "bench_hostile.py",
+        "--quick",
+        "--seconds",
+        "2",
+        "--flood-seconds",
+        "2",
+        "--slowloris",
+        "200",
+    )
+    base = "baseline (no attack)"
+    _positive_row(out, rf"^{re.escape(base)}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}", base)
+    labels = (
+        "pong flood, 4 MiB writes",
+        "ping flood, 1 conn, reads",
+        "cold opens, 1 raw client",
+        "slowloris, 200 conns",
+        "ping flood, 10 conns, never read",
+        "after (no attack)",
+    )
+    for label in labels:
+        # A stalled neighbour may take no step in a phase (nan), but the row is there.
+        assert re.search(rf"^{re.escape(label)}\s+{NUMBER}\s+\d+\s", out, re.M), (
+            f"{label!r}:\n{out}"
+        )
+    assert re.search(r"^  [0-9.]+ MiB sent \(\d+ frames\)", out, re.M), out
+    assert re.search(r"^  \d+ opens \(", out, re.M), out
+    assert re.search(r"^  held \d+/200 at peak", out, re.M), out
+    assert re.search(r"^  /health answered \d+/\d+ \(", out, re.M), out
+    assert re.search(r"^  server RSS \d+ MB before, peak \d+ MB", out, re.M), out
