@@ -84,7 +84,6 @@ OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 2, 8, 9, 10
 #: Games the cold opens cycle through (every open also gets its own max_episode_steps).
 COLD_GAMES = ("breakout", "space_invaders", "ms_pacman", "freeway", "seaquest", "qbert")
 MB = 1 << 20
-ROOT = Path(__file__).resolve().parent.parent
 
 Target = tuple[str, int]
 
@@ -230,7 +229,6 @@ def control_flood(
     source: str,
     *,
     stop: Event,
-    progress: Synchronized,  # type: ignore[type-arg]
     seconds: float,
     opcode: int,
     payload: bytes,
@@ -298,7 +296,6 @@ def control_flood(
                 pass
             except OSError as exc:
                 end(slot, _error_name(exc))
-        progress.value = sent // MB
     for slot in slots:
         if slot.sock is not None:
             slot.sock.close()
@@ -318,7 +315,6 @@ def cold_opens(
     source: str,
     *,
     stop: Event,
-    progress: Synchronized,  # type: ignore[type-arg]
     seconds: float,
     timeout: float,
 ) -> dict[str, Any]:
@@ -359,7 +355,6 @@ def cold_opens(
             outcomes[_error_name(exc)] += 1
         finally:
             sock.close()
-        progress.value = i
     ms = np.array(latencies) * 1e3
     return {
         "attempts": i,
@@ -374,15 +369,13 @@ def slowloris(
     source: str,
     *,
     stop: Event,
-    progress: Synchronized,  # type: ignore[type-arg]
     seconds: float,
     count: int,
     rate: float,
 ) -> dict[str, Any]:
     """`count` connections trickling an upgrade request that never ends, `rate` bytes/s each.
 
-    ``progress`` holds how many are connected. A connection the server ends
-    is opened again a second later (as a patient attacker would).
+    A connection the server ends is opened again a second later (as a patient attacker would).
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
@@ -484,7 +477,6 @@ def slowloris(
                 drop(sock, _error_name(exc), answers)
                 continue
             drop(sock, _status(data) if data else "closed", answers)
-        progress.value = connected
     held = connected
     for key in list(sel.get_map().values()):
         key.fileobj.close()  # type: ignore[union-attr]
@@ -514,7 +506,6 @@ def attack_process(
     source: str,
     kwargs: dict[str, Any],
     stop: Event,
-    progress: Synchronized,  # type: ignore[type-arg]
     results: multiprocessing.Queue[dict[str, Any]],
     cores: set[int] | None,
 ) -> None:
@@ -523,7 +514,7 @@ def attack_process(
     with contextlib.suppress(OSError):
         os.nice(10)  # the neighbour shares this core: its wake-ups come first
     try:
-        stats = ATTACKS[kind](target, source, stop=stop, progress=progress, **kwargs)
+        stats = ATTACKS[kind](target, source, stop=stop, **kwargs)
     except Exception as exc:  # noqa: BLE001 - reported in the table
         stats = {"error": f"{type(exc).__name__}: {exc}"}
     results.put(stats)
@@ -799,7 +790,7 @@ class Bench:
         notes = self.settle(self.args.settle_timeout)
         rss_before = self.sampler.rss()
         self.sampler.over_cap.clear()
-        stop, progress = self.ctx.Event(), self.ctx.Value("q", 0)
+        stop = self.ctx.Event()
         results: multiprocessing.Queue[dict[str, Any]] = self.ctx.Queue()
         attacker = None
         probes: dict[str, Any] = {}
@@ -815,7 +806,6 @@ class Bench:
                     self.args.attacker_address,
                     {"seconds": phase.seconds, **phase.kwargs},
                     stop,
-                    progress,
                     results,
                     self.client_cores,
                 ),
@@ -1057,10 +1047,13 @@ def _source_usable(address: str) -> bool:
 
 
 def _revision() -> str:
+    """The commit of the tree the server runs from (``-dirty`` with changes not committed)."""
+    import openenv_ws
+
     try:
         return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
+            ["git", "describe", "--always", "--dirty"],
+            cwd=Path(openenv_ws.__file__).resolve().parent.parent,
             capture_output=True,
             text=True,
             timeout=10,

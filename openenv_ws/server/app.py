@@ -22,7 +22,7 @@ from ..environment import EnvFactory
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION, WS_PATH
 from ..web import web_routes
 from ._session import ServerSession
-from .auth import OriginCheck, TokenAuth, scope_header
+from .auth import HostCheck, OriginCheck, TokenAuth, scope_header
 from .http import HTTPSessionStore, http_routes
 from .openenv_compat import OpenEnvCompat
 from .pool import WarmPool
@@ -58,6 +58,9 @@ class ServerLimits:
             written before it closes what is left.
         http_session_ttl: seconds an HTTP session (fallback routes or OpenEnv's
             HTTP routes) may go without a request before it is closed; None: never.
+        open_timeout: seconds a WebSocket connection may go without opening a
+            session before the server closes it (``idle_timeout``, close 1001,
+            the reason naming the open timeout); None: never.
     """
 
     max_sessions: int = 1024
@@ -66,6 +69,7 @@ class ServerLimits:
     resume_grace: float | None = 30.0
     drain_timeout: float = 10.0
     http_session_ttl: float | None = 300.0
+    open_timeout: float | None = 60.0
 
 
 @dataclass(slots=True)
@@ -178,6 +182,7 @@ def create_app(
     pool: WarmPool | None = None,
     workers: WorkerBoard | None = None,
     allowed_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
     """Build the Starlette app serving `env_factory`'s environments.
 
@@ -199,6 +204,10 @@ def create_app(
             handshake or a POST/DELETE with another ``Origin`` header is
             refused with HTTP 403 (see :class:`~openenv_ws.server.auth.OriginCheck`).
             Clients that are not browsers send none and are not affected.
+        allowed_hosts: host names (``Host`` header, port ignored; ``*``: any)
+            the server answers to besides ``localhost`` and IP addresses;
+            requests naming another host get HTTP 403, against DNS rebinding
+            (see :class:`~openenv_ws.server.auth.HostCheck`).
 
     Returns:
         A Starlette app with ``WS /ws`` (protocol v1, and OpenEnv's dialect),
@@ -272,6 +281,7 @@ def create_app(
     if token is not None:
         app.add_middleware(TokenAuth, token=token)
     app.add_middleware(OriginCheck, allowed=allowed_origins)
+    app.add_middleware(HostCheck, allowed=allowed_hosts)
     app.state.registry = registry
     app.state.supervisor = supervisor
     app.state.http_sessions = http_sessions
