@@ -56,13 +56,20 @@ def _json_config(text: str, flag: str) -> dict[str, Any]:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import ServerLimits, bind_socket, create_app, uvicorn_config
     from .server._fastws import busy_poll_problem
-    from .server.auth import TOKEN_ENV, exposure_warning
+    from .server._guard import connection_cap
+    from .server.auth import TOKEN_ENV, exposure_warning, served_hosts
     from .server.workers import WorkerBoard, reserve_port, run_workers
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     problem = busy_poll_problem(args.busy_poll)
     if problem is not None:
         raise SystemExit(f"--busy-poll {problem}")
+    for flag, count in (
+        ("--max-connections", args.max_connections),
+        ("--max-connections-per-peer", args.max_connections_per_peer),
+    ):
+        if count < 1:
+            raise SystemExit(f"{flag} must be at least 1, got {count}")
     limits = ServerLimits(
         max_sessions=args.max_sessions,
         max_frame_size=args.max_frame_size,
@@ -70,6 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         resume_grace=args.grace,
         drain_timeout=args.drain_timeout,
         http_session_ttl=args.http_session_ttl or None,
+        open_timeout=args.open_timeout or None,
     )
     token = args.token or os.environ.get(TOKEN_ENV) or None
     openenv_config = _json_config(args.openenv_config, "--openenv-config")
@@ -91,14 +99,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pool=_warm_pool(args, factory),
             workers=board,
             allowed_origins=args.allow_origin,
+            allowed_hosts=hosts,
         )
 
     sock = reserve_port(args.host, args.port) if board else bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    warning = exposure_warning(args.host, token)
-    if warning is not None:
-        logger.warning(warning)
+    hosts, host_warning = served_hosts(args.host, args.allow_host)
+    max_connections, cap_warning = connection_cap(args.max_connections)
+    for warning in (exposure_warning(args.host, token), host_warning, cap_warning):
+        if warning is not None:
+            logger.warning(warning)
     config = uvicorn_config(
         build_app() if board is None else None,
         host=args.host,
@@ -109,6 +120,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ping_timeout=args.ping_timeout or None,
         timeout_graceful_shutdown=args.drain_timeout,
         busy_poll=args.busy_poll,
+        max_connections=max_connections,
+        max_connections_per_peer=args.max_connections_per_peer,
+        handshake_timeout=args.handshake_timeout or None,
     )
     print(f"openenv-ws: serving protocol v1 on ws://{shown}:{port}/ws", flush=True)
     if args.web:
@@ -264,6 +278,44 @@ def _parser() -> argparse.ArgumentParser:
         "besides its own web page; repeatable. WebSocket handshakes and HTTP POST/DELETE "
         "requests from other origins get HTTP 403; clients that are not browsers send no "
         "origin and are not affected",
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients reach the server by, besides localhost and IP addresses "
+        "(repeatable; '*': any). Requests naming another host (the Host header) get HTTP 403, "
+        "which keeps web pages from reaching the server through DNS rebinding (default when "
+        "bound to a wildcard address such as 0.0.0.0: any host)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=4096,
+        help="connections a server process holds at once (lowered to fit the file descriptor "
+        "limit); beyond it a connection still sending its request is dropped to make room, "
+        "else the newcomer gets HTTP 503 (default 4096)",
+    )
+    serve.add_argument(
+        "--max-connections-per-peer",
+        type=int,
+        default=1024,
+        help="connections one client address holds at once, as --max-connections (default 1024)",
+    )
+    serve.add_argument(
+        "--handshake-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a connection has to send its request and complete a WebSocket "
+        "handshake before it is dropped (0: no limit; default 10)",
+    )
+    serve.add_argument(
+        "--open-timeout",
+        type=float,
+        default=60.0,
+        help="close WebSocket connections that open no session within this many seconds "
+        "(0: never; default 60)",
     )
     serve.add_argument(
         "--idle-timeout",

@@ -17,6 +17,13 @@ from typing import Any
 import uvicorn
 
 from ._fastws import busy_polling
+from ._guard import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    ConnectionGuard,
+    guarded,
+)
 from .drain import DrainingServer
 
 __all__ = ["ServerThread", "bind_socket", "uvicorn_config"]
@@ -36,17 +43,29 @@ def uvicorn_config(
     ping_timeout: float | None = 20.0,
     log_level: str = "warning",
     busy_poll: float = 0.0,
+    max_connections: int | None = DEFAULT_MAX_CONNECTIONS,
+    max_connections_per_peer: int | None = DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     **extra: Any,
 ) -> uvicorn.Config:
     """A uvicorn config for serving `app` (an ASGI app or an import string).
 
     `busy_poll`: seconds the event loop keeps polling without sleeping after
     each WebSocket message (0: off); for a server with a core of its own.
+    `max_connections`, `max_connections_per_peer`, `handshake_timeout`: the
+    connection limits of :class:`~openenv_ws.server._guard.ConnectionGuard`
+    (None: no such limit).
     """
+    guard = ConnectionGuard(
+        max_connections=max_connections,
+        max_per_peer=max_connections_per_peer,
+        handshake_timeout=handshake_timeout,
+    )
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=guarded(guard),
         ws=busy_polling(busy_poll),
         loop=_loop_name(),
         ws_per_message_deflate=False,

@@ -22,8 +22,21 @@ a browser lets any page open a WebSocket to, or send a form-like POST to, any
 address (127.0.0.1 included), and marks such requests with an ``Origin``
 header. A WebSocket handshake, or an HTTP request that can change something
 (any method but GET, HEAD and OPTIONS), whose ``Origin`` is neither the
-server's own nor an allowed one is refused with HTTP 403. Clients that are
-not browsers send no ``Origin`` and are not affected.
+server's own (same scheme, host and port as the request) nor an allowed one
+is refused with HTTP 403. Clients that are not browsers send no ``Origin``
+and are not affected.
+
+:class:`HostCheck` keeps out *DNS rebinding*: a page of ``evil.example`` whose
+name the attacker then points at 127.0.0.1 reaches a local server as its own
+origin (``Host`` and ``Origin`` both ``evil.example``), which the origin
+check cannot tell apart. Every request (WebSocket handshakes and every HTTP
+route, ``/health`` included) must therefore name the server by a host it
+answers to: ``localhost``, any IP address (a page cannot rebind a literal
+address), or a name it was told to allow (``--allow-host``, ``*`` for any);
+others get HTTP 403. Liveness probes name an address (Kubernetes sends the
+pod's IP) or ``localhost`` and pass. ``openenv-ws serve`` bound to a wildcard
+address (``0.0.0.0``, ``::``) accepts any host unless ``--allow-host`` is
+given, since it cannot know the names it is reached by, and logs a warning.
 """
 
 from __future__ import annotations
@@ -41,10 +54,14 @@ __all__ = [
     "PUBLIC_PATHS",
     "PUBLIC_PREFIXES",
     "TOKEN_ENV",
+    "HostCheck",
     "OriginCheck",
     "TokenAuth",
     "exposure_warning",
+    "host_name",
     "is_loopback",
+    "is_wildcard",
+    "served_hosts",
     "token_matches",
 ]
 
@@ -88,6 +105,55 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether binding `host` listens on every address of the machine."""
+    try:
+        return host == "" or ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def host_name(host: str) -> str:
+    """The name in a ``Host`` header (or a ``--allow-host`` value): no port, no brackets,
+    lower case, no trailing dot."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        inside, bracket, rest = host[1:].partition("]")
+        # Only a port may follow the address; anything else is no address at all.
+        return inside if bracket and (rest == "" or rest[:1] == ":") else host
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def served_hosts(bind: str, allowed: Iterable[str]) -> tuple[list[str], str | None]:
+    """The host names a server bound to `bind` answers to (for :class:`HostCheck`), and
+    a warning to log, if any.
+
+    A server bound to a name answers to it too. Bound to a wildcard address
+    with no `allowed` names, it answers to any (it cannot know the names it
+    is reached by), and the warning says how to restrict that.
+    """
+    names = list(allowed)
+    if names or not is_wildcard(bind):
+        if bind and not is_wildcard(bind) and not _is_address(host_name(bind)):
+            names.append(bind)
+        return names, None
+    return ["*"], (
+        f"bound to a wildcard address ({bind or '*'}): requests naming any host are served, "
+        "so a web page can reach this server through DNS rebinding; pass --allow-host NAME "
+        "(repeatable) with the names clients use to reach it"
+    )
 
 
 def exposure_warning(host: str, token: str | None) -> str | None:
@@ -170,12 +236,16 @@ class OriginCheck:
         self.app = app
         self._allowed = frozenset(o.rstrip("/").lower() for o in allowed)
 
-    def allows(self, origin: str, host: str | None) -> bool:
-        """True for the server's own origin (same ``Host``) and the allowed ones."""
+    def allows(self, origin: str, host: str | None, scheme: str = "http") -> bool:
+        """True for the server's own origin (the request's `scheme` and ``Host``)
+        and the allowed ones."""
         origin = origin.rstrip("/").lower()
         if origin in self._allowed or "*" in self._allowed:
             return True
-        return host is not None and urlsplit(origin).netloc == host.lower()
+        if host is None:
+            return False
+        parts = urlsplit(origin)
+        return parts.scheme == _PAGE_SCHEMES.get(scheme, scheme) and parts.netloc == host.lower()
 
     def _refused(self, scope: Scope) -> str | None:
         origin = scope_header(scope, b"origin")
@@ -183,7 +253,8 @@ class OriginCheck:
             return None
         host = scope_header(scope, b"host")
         text = origin.decode("latin-1")
-        if self.allows(text, None if host is None else host.decode("latin-1")):
+        scheme = scope.get("scheme", "http")
+        if self.allows(text, None if host is None else host.decode("latin-1"), scheme):
             return None
         return text
 
@@ -218,6 +289,55 @@ class OriginCheck:
         await self.app(scope, receive, send)
 
 
+class HostCheck:
+    """ASGI middleware refusing requests that name a host the server does not answer to (403).
+
+    Args:
+        app: the ASGI app to protect.
+        allowed: host names (a port is ignored) accepted besides ``localhost``
+            and IP addresses; ``*`` accepts any.
+    """
+
+    def __init__(self, app: ASGIApp, *, allowed: Iterable[str] = ()) -> None:
+        self.app = app
+        names = {host_name(h) for h in allowed}
+        self._any = "*" in names
+        self._names = frozenset(names | {"localhost"})
+
+    def allows(self, host: str) -> bool:
+        """Whether a request with ``Host: <host>`` is served."""
+        if self._any:
+            return True
+        name = host_name(host)
+        return name in self._names or _is_address(name)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind in ("http", "websocket") and not self._any:
+            header = scope_header(scope, b"host")
+            # No Host at all: not a browser (they always send one), nothing to rebind.
+            if header is not None and not self.allows(header.decode("latin-1")):
+                name = host_name(header.decode("latin-1"))[:100]
+                logger.warning("request for host %r refused (see --allow-host)", name)
+                body = json.dumps(
+                    {
+                        "error": "host",
+                        "message": f"this server does not answer to the host name {name!r} "
+                        "(a web page may be trying to reach it by DNS rebinding); if clients "
+                        f"reach it by that name, start it with --allow-host {name}",
+                    }
+                ).encode()
+                if kind == "http":
+                    await _send_http(send, 403, _json_head(body), body)
+                else:
+                    await _refuse_websocket(scope, receive, send, 403, _json_head(body), body)
+                return
+        await self.app(scope, receive, send)
+
+
+#: The scheme of a page (its ``Origin``) served over each request scheme.
+_PAGE_SCHEMES = {"ws": "http", "wss": "https"}
+
 _MESSAGE = (
     "missing or wrong bearer token; send 'Authorization: Bearer <token>' "
     "(clients: token=... or the OPENENV_WS_TOKEN environment variable)"
@@ -251,15 +371,23 @@ async def _refuse_http(send: Send) -> None:
     await _send_http(send, 401, head["headers"], head["body"])
 
 
-async def _refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
+async def _refuse_websocket(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int = 401,
+    headers: list[Any] | None = None,
+    body: bytes | None = None,
+) -> None:
+    """Refuse a WebSocket handshake with an HTTP answer (the 401 of a wrong token by default)."""
     message = await receive()  # websocket.connect
     if message["type"] != "websocket.connect":
         return
-    head = _http_head(401)
+    if headers is None or body is None:
+        head = _http_head(status)
+        headers, body = head["headers"], head["body"]
     if "websocket.http.response" in scope.get("extensions", {}):
-        await send(
-            {"type": "websocket.http.response.start", "status": 401, "headers": head["headers"]}
-        )
-        await send({"type": "websocket.http.response.body", "body": head["body"]})
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
     else:  # the server cannot send a response body: a bare refusal (HTTP 403)
         await send({"type": "websocket.close", "code": 1008})

@@ -59,6 +59,8 @@ Reply = tuple[bytes, CloseRequest | None]
 
 # Why the supervisor ends a link.
 DRAIN, IDLE, TAKEOVER = "drain", "idle", "takeover"
+#: Ends a link that opened no session within the limits' ``open_timeout``.
+UNOPENED = "unopened"
 #: Seconds a draining link keeps taking requests that were already on their way
 #: (sent before the drain began); later ones cross its close frame.
 DRAIN_WINDOW = 0.02
@@ -83,6 +85,7 @@ class Link:
         "mark_time",
         "poked",
         "session",
+        "since",
         "task",
         "waiting",
     )
@@ -97,6 +100,7 @@ class Link:
         self.count = 0  # messages received (the idle sweeper compares snapshots)
         self.mark = 0
         self.mark_time = now
+        self.since = now  # connected at
         self.drain_until: float | None = None
         self.inline_close = False  # a request served inline ended the session with a close
 
@@ -253,8 +257,8 @@ class Supervisor:
         self.links.add(link)
         if self.draining:
             link.end(DRAIN)
-        elif self.limits.idle_timeout and self._sweeper is None:
-            self._sweeper = loop.create_task(self._sweep_forever(self.limits.idle_timeout))
+        elif (self.limits.idle_timeout or self.limits.open_timeout) and self._sweeper is None:
+            self._sweeper = loop.create_task(self._sweep_forever())
         return link
 
     async def serve(
@@ -351,7 +355,14 @@ class Supervisor:
         if link.ending == TAKEOVER or session is None:
             messages.append({"type": "websocket.close", "code": 1001, "reason": _TAKEN_OVER})
         else:
-            if link.ending == IDLE:
+            if link.ending == UNOPENED:
+                self.metrics.count("idle_closed")
+                reply, close = session.refuse(
+                    "idle_timeout",
+                    f"no session was opened within the server's open timeout "
+                    f"({self.limits.open_timeout:g} s); send open right after connecting",
+                )
+            elif link.ending == IDLE:
                 self.metrics.count("idle_closed")
                 reply, close = session.refuse(
                     "idle_timeout",
@@ -429,8 +440,10 @@ class Supervisor:
 
     # ------------------------------------------------------------------ idle, drain, shutdown
 
-    async def _sweep_forever(self, idle_timeout: float) -> None:
-        period = min(max(idle_timeout / 4, 0.05), 5.0)
+    async def _sweep_forever(self) -> None:
+        idle_timeout = self.limits.idle_timeout or float("inf")
+        open_timeout = self.limits.open_timeout or float("inf")
+        period = min(max(min(idle_timeout, open_timeout) / 4, 0.05), 5.0)
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
@@ -440,6 +453,8 @@ class Supervisor:
                     link.mark, link.mark_time = link.count, now
                 elif link.waiting and now - link.mark_time >= idle_timeout:
                     link.end(IDLE)
+                if link.waiting and now - link.since >= open_timeout and not _opened(link):
+                    link.end(UNOPENED)
 
     def _stop_sweeper(self) -> None:
         if self._sweeper is not None:
@@ -505,6 +520,12 @@ class Supervisor:
         }
 
 
+def _opened(link: Link) -> bool:
+    """Whether a session was opened (or resumed) on `link`."""
+    session = link.session
+    return session is None or session.state is not SessionState.CONNECTED
+
+
 async def _pending(link: Link, receive: Receive) -> Message | None:
     """A message that had already arrived when the link was woken, or None.
 
@@ -527,6 +548,6 @@ async def _pending(link: Link, receive: Receive) -> Message | None:
             message = await receive()
     except TimeoutError:
         return None
-    if link.ending == IDLE:
+    if link.ending in (IDLE, UNOPENED):
         link.ending = None  # a request had arrived: the link was not idle after all
     return message

@@ -38,7 +38,9 @@ SPEC = Path(__file__).resolve().parents[2] / "protocol" / "SPEC.md"
 
 
 def make_client(**limits: Any) -> TestClient:
-    return TestClient(create_app(fake_factory, limits=ServerLimits(**limits)))
+    return TestClient(
+        create_app(fake_factory, limits=ServerLimits(**limits)), base_url="http://localhost"
+    )
 
 
 @pytest.fixture
@@ -210,7 +212,7 @@ def test_capacity_is_429_with_retry_after_and_is_shared_with_websockets() -> Non
         r = client.post("/v1/sessions", json={})
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
         assert error_of(r).code == "capacity"
-        with client.websocket_connect("/ws") as ws:
+        with client.websocket_connect("ws://localhost/ws") as ws:
             ws.send_bytes(encode(Open(id=1)))
             refused = decode_server_frame(ws.receive_bytes())
             assert isinstance(refused, Error) and refused.code == "capacity"

@@ -25,7 +25,7 @@ STATIC_FILES = sorted(p.name for p in STATIC_DIR.iterdir() if p.is_file())
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(create_app(atari_factory))
+    return TestClient(create_app(atari_factory), base_url="http://localhost")
 
 
 def test_home_redirects_to_the_page(client: TestClient) -> None:
@@ -60,12 +60,12 @@ def test_info_lists_the_atari_games(client: TestClient) -> None:
 
 def test_info_of_another_environment_offers_no_games() -> None:
     assert env_choices(fake_factory) == {"env": None, "games": [], "obs_types": [], "defaults": {}}
-    info = TestClient(create_app(fake_factory)).get("/web/info").json()
+    info = TestClient(create_app(fake_factory), base_url="http://localhost").get("/web/info").json()
     assert info["games"] == [] and info["ws_path"] == "/ws"
 
 
 def test_web_false_serves_no_page() -> None:
-    client = TestClient(create_app(fake_factory, web=False))
+    client = TestClient(create_app(fake_factory, web=False), base_url="http://localhost")
     for path in ("/", "/web/", "/web/app.js", "/web/info"):
         assert client.get(path).status_code == 404, path
     assert client.get("/health").status_code == 200
