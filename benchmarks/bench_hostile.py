@@ -77,6 +77,7 @@ import psutil
 
 from benchmarks.measure import n_actions, pin_process
 from openenv_ws.client import EnvClient
+from openenv_ws.errors import ServerUnavailable
 from openenv_ws.providers import LocalServerProvider
 
 SERVER_CORE, CLIENT_CORE = 0, 1
@@ -747,8 +748,9 @@ class Bench:
         """Stop the neighbour and the server; the neighbour's (starts, seconds, errors)."""
         self.stop_neighbour.set()
         got: Any = None
-        with contextlib.suppress(queue.Empty):
-            got = self.neighbour_results.get(timeout=self.args.step_timeout + 10)
+        if self.neighbour is not None:
+            with contextlib.suppress(queue.Empty):
+                got = self.neighbour_results.get(timeout=self.args.step_timeout + 10)
         if self.neighbour is not None:
             self.neighbour.join(5)
             if self.neighbour.is_alive():
@@ -1107,7 +1109,10 @@ def main() -> None:
     bench = Bench(args)
     results: list[PhaseResult] = []
     try:
-        bench.start()
+        try:
+            bench.start()
+        except (ServerUnavailable, RuntimeError) as exc:
+            raise SystemExit(f"bench_hostile: could not start: {exc}") from None
         assert bench.server.pid is not None
         limits = psutil.Process(bench.server.pid).rlimit(psutil.RLIMIT_NOFILE)
         for phase in plan:
