@@ -34,6 +34,7 @@ import ale_py
 import numpy as np
 from ale_py import roms
 
+from openenv_ws._brief import brief, brief_keys
 from openenv_ws._palette import expanded
 from openenv_ws.environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec
 from openenv_ws.errors import (
@@ -48,6 +49,9 @@ from .palettes import palette_of
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "MAX_FRAMES",
+    "MAX_FRAMESKIP",
+    "MAX_GAME_NAME",
     "SNAPSHOT_KEY_ENV",
     "AtariEnvironment",
     "atari_factory",
@@ -67,6 +71,14 @@ DEFAULT_CONFIG: Mapping[str, Any] = {
     "max_episode_steps": None,
     "max_num_frames_per_episode": 108_000,
 }
+
+#: Most emulator frames one agent step may run (``frameskip``, or a pair's ``high - 1``):
+#: a step holds the event loop for about 43 us a frame, so 64 frames is about 3 ms.
+MAX_FRAMESKIP = 64
+#: Largest ``max_num_frames_per_episode`` and ``max_episode_steps`` (ALE's counters are C ints).
+MAX_FRAMES = 2**31 - 1
+#: Longest ``game`` string accepted, in characters.
+MAX_GAME_NAME = 64
 
 #: Environment variable holding the key that signs snapshots. Servers whose
 #: workers must accept each other's snapshots set the same value in each; when
@@ -98,15 +110,18 @@ _GYM_ID = re.compile(r"(?:ALE/)?(?P<name>[A-Za-z0-9_]+?)(?:-v\d+)?")
 
 
 def _game_id(value: Any) -> str:
-    if type(value) is not str:
-        raise EnvConfigError(f"option 'game' must be a string such as 'pong', got {value!r}")
+    if type(value) is not str or len(value) > MAX_GAME_NAME:
+        raise EnvConfigError(
+            f"option 'game' must be a string of at most {MAX_GAME_NAME} characters "
+            f"such as 'pong', got {brief(value)}"
+        )
     match = _GYM_ID.fullmatch(value.strip())
     found = _BY_SQUASHED.get(_squash(match["name"])) if match else None
     if found is not None:
         return found
     if match and match["name"].lower() in _MULTIPLAYER_ONLY:
         raise EnvConfigError(
-            f"option 'game': {value!r} is a multi-player-only ROM that ALE cannot run "
+            f"option 'game': {brief(value)} is a multi-player-only ROM that ALE cannot run "
             "single-player; choose another game"
         )
     close = difflib.get_close_matches(_squash(value), list(_BY_SQUASHED), n=3, cutoff=0.6)
@@ -115,33 +130,38 @@ def _game_id(value: Any) -> str:
         if close
         else "see atari.games() or `openenv-ws games` for the list"
     )
-    raise EnvConfigError(f"option 'game': unknown game {value!r}; {hint}")
+    raise EnvConfigError(f"option 'game': unknown game {brief(value)}; {hint}")
 
 
-def _int_or_none(config: Mapping[str, Any], key: str, *, minimum: int) -> int | None:
+def _int_or_none(
+    config: Mapping[str, Any], key: str, *, minimum: int, maximum: int = MAX_FRAMES
+) -> int | None:
     value = config[key]
     if value is None:
         return None
-    if type(value) is not int or value < minimum:
+    if type(value) is not int or not minimum <= value <= maximum:
         raise EnvConfigError(
-            f"option {key!r} must be an integer >= {minimum} or null, got {value!r}"
+            f"option {key!r} must be an integer >= {minimum} and <= {maximum} "
+            f"({minimum}..{maximum}) or null, got {brief(value)}"
         )
     return value
 
 
 def _frameskip(value: Any) -> int | list[int]:
-    if type(value) is int and value > 0:
+    if type(value) is int and 0 < value <= MAX_FRAMESKIP:
         return value
     if (
         isinstance(value, list | tuple)
         and len(value) == 2
         and all(type(v) is int for v in value)
-        and 0 < value[0] < value[1]
+        and 0 < value[0] < value[1] <= MAX_FRAMESKIP + 1
     ):
         return [value[0], value[1]]
     raise EnvConfigError(
-        f"option 'frameskip' must be a positive integer or a pair [low, high] with "
-        f"0 < low < high (frames drawn uniformly from low..high-1), got {value!r}"
+        f"option 'frameskip' must be a positive integer up to {MAX_FRAMESKIP} (1..{MAX_FRAMESKIP}) "
+        "or a pair [low, high] "
+        f"with 0 < low < high <= {MAX_FRAMESKIP + 1} (frames drawn uniformly from "
+        f"low..high-1), got {brief(value)}"
     )
 
 
@@ -159,23 +179,24 @@ def normalize_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     unknown = sorted(set(config) - set(DEFAULT_CONFIG))
     if unknown:
         raise EnvConfigError(
-            f"unknown Atari option(s) {', '.join(map(repr, unknown))}; "
+            f"unknown Atari option(s) {brief_keys(unknown)}; "
             f"known options: {', '.join(DEFAULT_CONFIG)}"
         )
     merged = {**DEFAULT_CONFIG, **config}
     obs_type = merged["obs_type"]
     if obs_type not in _OBS_TYPES or type(obs_type) is not str:
         raise EnvConfigError(
-            f"option 'obs_type' must be one of {', '.join(_OBS_TYPES)}, got {obs_type!r}"
+            f"option 'obs_type' must be one of {', '.join(_OBS_TYPES)}, got {brief(obs_type)}"
         )
     rap = merged["repeat_action_probability"]
     if type(rap) not in (int, float) or not 0.0 <= rap <= 1.0:
         raise EnvConfigError(
-            f"option 'repeat_action_probability' must be a number in [0, 1], got {rap!r}"
+            f"option 'repeat_action_probability' must be a number in [0, 1], got {brief(rap)}"
         )
     if type(merged["full_action_space"]) is not bool:
         raise EnvConfigError(
-            f"option 'full_action_space' must be true or false, got {merged['full_action_space']!r}"
+            "option 'full_action_space' must be true or false, "
+            f"got {brief(merged['full_action_space'])}"
         )
     return {
         "game": _game_id(merged["game"]),
@@ -215,6 +236,8 @@ class AtariEnvironment(Environment):
     """
 
     writes_obs_into = True
+    #: Every call is bounded by the config's limits (MAX_FRAMESKIP frames a step).
+    inline = True
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         """Load the game; this is the costly part (about 0.1 s).
@@ -367,7 +390,8 @@ class AtariEnvironment(Environment):
     def _check_choice(key: str, value: int | None, allowed: list[int]) -> None:
         if value is not None and value not in allowed:
             raise EnvConfigError(
-                f"option {key!r}: {value!r} is not available in this game; choose one of {allowed}"
+                f"option {key!r}: {brief(value)} is not available in this game; "
+                f"choose one of {allowed}"
             )
 
     def _apply_mode(self) -> None:
@@ -429,14 +453,14 @@ class AtariEnvironment(Environment):
         ale = self._live()
         if options:
             raise EnvConfigError(
-                f"Atari reset takes no options, got {', '.join(map(repr, options))}; "
+                f"Atari reset takes no options, got {brief_keys(options)}; "
                 "set game options in the session config instead"
             )
         seeds = None
         if seed is not None:
             if type(seed) is not int or seed < 0:
                 raise ProtocolError(
-                    f"seed must be a non-negative integer or None, got {seed!r}",
+                    f"seed must be a non-negative integer or None, got {brief(seed)}",
                     code="bad_request",
                 )
             seeds = self._seed_game(seed)
@@ -515,7 +539,7 @@ class AtariEnvironment(Environment):
             return int(action)
         raise InvalidAction(
             f"action must be an integer in [0, {self._n - 1}] (an index into the "
-            f"{self._n} actions of {self._game}), got {action!r}"
+            f"{self._n} actions of {self._game}), got {brief(action)}"
         )
 
     def _not_running(self, op: str) -> None:

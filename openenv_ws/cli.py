@@ -57,6 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server import ServerLimits, bind_socket, create_app, uvicorn_config
     from .server._fastws import busy_poll_problem
     from .server._guard import connection_cap
+    from .server._pacing import share_problem
     from .server.auth import TOKEN_ENV, exposure_warning, served_hosts
     from .server.workers import WorkerBoard, reserve_port, run_workers
 
@@ -64,6 +65,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     problem = busy_poll_problem(args.busy_poll)
     if problem is not None:
         raise SystemExit(f"--busy-poll {problem}")
+    problem = share_problem(args.cold_open_share)
+    if problem is not None:
+        raise SystemExit(f"--cold-open-share {problem}")
     for flag, count in (
         ("--max-connections", args.max_connections),
         ("--max-connections-per-peer", args.max_connections_per_peer),
@@ -78,6 +82,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         http_session_ttl=args.http_session_ttl or None,
         open_timeout=args.open_timeout or None,
+        step_timeout=args.step_timeout or None,
+        cold_open_share=args.cold_open_share,
+        cold_open_queue=args.cold_open_queue,
     )
     token = args.token or os.environ.get(TOKEN_ENV) or None
     openenv_config = _json_config(args.openenv_config, "--openenv-config")
@@ -167,7 +174,14 @@ def _warm_pool(args: argparse.Namespace, factory: EnvFactory) -> Any:
 
         key = normalized_key(normalize_config)
         warm = warm or [{}]
-    return WarmPool(factory, size=args.pool_size, key=key, warm=warm, recycle=args.pool_recycle)
+    return WarmPool(
+        factory,
+        size=args.pool_size,
+        key=key,
+        warm=warm,
+        recycle=args.pool_recycle,
+        build_share=args.cold_open_share,
+    )
 
 
 def _pong_policy(frame: Any) -> int:
@@ -346,6 +360,30 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="on SIGTERM, seconds to let in-flight replies finish before closing what is left",
+    )
+    serve.add_argument(
+        "--step-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="deadline of one call of an environment whose calls are not bounded (not "
+        "inline; served on a thread of its session): past it the session ends with "
+        "step_timeout (0: no deadline; Atari is always served inline)",
+    )
+    serve.add_argument(
+        "--cold-open-share",
+        type=float,
+        default=0.25,
+        metavar="SHARE",
+        help="largest fraction of time spent building environments that the warm pool "
+        "does not have ready (a ROM load holds the GIL and pauses every session); opens "
+        "past it wait their turn (1: no pacing)",
+    )
+    serve.add_argument(
+        "--cold-open-queue",
+        type=int,
+        default=64,
+        help="opens that may wait at once for their turn to build; the next gets capacity",
     )
     serve.add_argument(
         "--busy-poll",

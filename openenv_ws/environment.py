@@ -134,6 +134,16 @@ class Environment(abc.ABC):
     ) -> EnvResult:
         """Start a new episode; with a seed, the episode is reproducible."""
 
+    #: True if every call of this instance (reset, step, state, snapshot, restore)
+    #: returns within a bounded time, fixed by its config's limits (e.g. Atari:
+    #: at most 64 emulator frames a step). Servers then call it inline on their
+    #: event loop, the fastest way. False (the default, for environments that
+    #: may take long or never return): each call runs on a worker thread of its
+    #: session under the server's per-call deadline (``step_timeout``, SPEC
+    #: section 7), so a slow call delays only its own session. An instance may
+    #: set its own value in ``__init__`` (e.g. from its config).
+    inline: bool = False
+
     #: True if :meth:`step` takes ``out=``: an array of the observation's shape and
     #: dtype to write the observation into (then returned as ``obs``). The server
     #: passes one when it hands observations over in shared memory, which saves
@@ -193,10 +203,11 @@ EnvFactory = Callable[[dict[str, Any]], Environment]
 
 def check_keys(config: Mapping[str, Any], allowed: Sequence[str], what: str) -> None:
     """Raise EnvConfigError naming any key of `config` not in `allowed`."""
+    from ._brief import brief_keys
     from .errors import EnvConfigError
 
     unknown = sorted(set(config) - set(allowed))
     if unknown:
         raise EnvConfigError(
-            f"unknown {what} option(s) {', '.join(unknown)}; known: {', '.join(allowed)}"
+            f"unknown {what} option(s) {brief_keys(unknown)}; known: {', '.join(allowed)}"
         )

@@ -25,6 +25,7 @@ import msgpack
 import numpy as np
 
 from ._arrays import EXT_NDARRAY, array_ext_parts, array_ext_payload, decode_array
+from ._brief import brief
 from ._palette import PALETTE_BYTES
 from ._shm import EXT_SHARED, ClientRegion, SharedArray
 from .errors import InvalidState, OpenEnvError, PayloadTooBig, ProtocolError
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_MAX_SERVER_FRAME_SIZE",
     "ERRORS",
     "MAX_DEPTH",
+    "MAX_ERROR_MESSAGE",
     "MAX_ID",
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
@@ -108,6 +110,7 @@ ERRORS: dict[str, ErrorInfo] = {
     "shutting_down": ErrorInfo(True, 1001, "the server is draining and closes sessions"),
     "resume_failed": ErrorInfo(True, 1008, "the resume token is unknown or expired"),
     "internal": ErrorInfo(True, 1011, "the environment failed; the session is lost"),
+    "step_timeout": ErrorInfo(True, 1011, "an environment call missed the server's deadline"),
     "bad_request": ErrorInfo(False, None, "a field is missing or has the wrong type"),
     "unknown_op": ErrorInfo(False, None, "the op is not one this server knows"),
     "not_open": ErrorInfo(False, None, "the op needs an open session; send open first"),
@@ -266,9 +269,20 @@ ClientFrame: TypeAlias = Open | Reset | Step | GetState | Snapshot | Restore | C
 ServerFrame: TypeAlias = Opened | Result | StateReply | SnapshotData | Closed | Error
 
 
+#: Longest error message a server sends, in characters; longer ones are cut.
+MAX_ERROR_MESSAGE = 1000
+
+
 def error_frame(request_id: int | None, code: str, message: str) -> Error:
-    """An error frame whose ``fatal`` flag follows the code's entry in :data:`ERRORS`."""
+    """An error frame whose ``fatal`` flag follows the code's entry in :data:`ERRORS`.
+
+    A message above :data:`MAX_ERROR_MESSAGE` characters is cut (values it
+    echoes should already be short, see :func:`~openenv_ws.errors.brief`):
+    an error reply never grows with what the peer sent.
+    """
     info = ERRORS.get(code, ERRORS["internal"])
+    if len(message) > MAX_ERROR_MESSAGE:
+        message = f"{message[: MAX_ERROR_MESSAGE - 40]}... (cut from {len(message)} characters)"
     return Error(id=request_id, code=code, message=message, fatal=info.fatal)
 
 
@@ -888,7 +902,9 @@ def _from_map(raw: dict[Any, Any], ops: dict[str, type[_Frame]]) -> Any:
         )
     if cls is None:
         raise ProtocolError(
-            f"op '{op}' is unknown; known ops: {', '.join(ops)}", code="unknown_op", request_id=rid
+            f"op {brief(op)} is unknown; known ops: {', '.join(ops)}",
+            code="unknown_op",
+            request_id=rid,
         )
     try:
         fast = _FAST.get(cls)

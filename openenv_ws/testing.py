@@ -7,6 +7,7 @@ against an in-process run bit for bit.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Mapping
@@ -15,12 +16,25 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from ._brief import brief
 from .environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec, check_keys
 from .errors import BadSnapshot, EnvConfigError, InvalidAction
 
-__all__ = ["FakeEnvironment", "fake_factory"]
+__all__ = [
+    "MAX_ACTIONS",
+    "MAX_OBS_ELEMENTS",
+    "MAX_STEPS",
+    "MAX_STEP_SLEEP",
+    "FakeEnvironment",
+    "fake_factory",
+]
 
 _OPTIONS = ("obs_shape", "n_actions", "episode_length", "fail_at_step", "step_sleep")
+#: Bounds of the options: elements of an observation, actions, steps, seconds of sleep.
+MAX_OBS_ELEMENTS = 1 << 24
+MAX_ACTIONS = 1024
+MAX_STEPS = 2**31 - 1
+MAX_STEP_SLEEP = 3600.0
 
 
 class FakeEnvironment(Environment):
@@ -30,6 +44,13 @@ class FakeEnvironment(Environment):
     (default 4), ``episode_length`` (steps until ``terminated``, default 10),
     ``fail_at_step`` (raise RuntimeError on that step, for failure tests),
     ``step_sleep`` (seconds each step blocks, for concurrency tests).
+
+    Bounds: at most :data:`MAX_OBS_ELEMENTS` observation elements (dimensions
+    up to 4096), 1..:data:`MAX_ACTIONS` actions, 1..:data:`MAX_STEPS` for
+    ``episode_length`` and ``fail_at_step``, 0..:data:`MAX_STEP_SLEEP` seconds
+    of ``step_sleep``. Its calls take bounded time, so servers call them
+    inline (:attr:`~openenv_ws.environment.Environment.inline`), unless it
+    sleeps in ``step``.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -40,15 +61,27 @@ class FakeEnvironment(Environment):
             not isinstance(shape, list)
             or not 1 <= len(shape) <= 4
             or not all(type(d) is int and 0 < d <= 4096 for d in shape)
+            or math.prod(shape) > MAX_OBS_ELEMENTS
         ):
-            raise EnvConfigError(f"obs_shape must be a list of 1-4 positive ints, got {shape!r}")
+            raise EnvConfigError(
+                "option 'obs_shape' must be a list of 1-4 integers in 1..4096 with at most "
+                f"{MAX_OBS_ELEMENTS} elements in all, got {brief(shape)}"
+            )
         self._shape = tuple(shape)
-        size = int(np.prod(self._shape))
+        size = math.prod(self._shape)
         self._pattern = (np.arange(size) % 256).astype(np.uint8).reshape(self._shape)
-        self._n = _positive(config, "n_actions", 4)
-        self._length = _positive(config, "episode_length", 10)
-        self._fail_at = config.get("fail_at_step")
-        self._sleep = float(config.get("step_sleep", 0.0))
+        self._n = _bounded(config, "n_actions", 4, MAX_ACTIONS)
+        self._length = _bounded(config, "episode_length", 10, MAX_STEPS)
+        self._fail_at = _bounded(config, "fail_at_step", None, MAX_STEPS)
+        sleep = config.get("step_sleep", 0.0)
+        if type(sleep) not in (int, float) or not 0 <= sleep <= MAX_STEP_SLEEP:
+            raise EnvConfigError(
+                f"option 'step_sleep' must be a number of seconds in 0..{MAX_STEP_SLEEP:g}, "
+                f"got {brief(sleep)}"
+            )
+        self._sleep = float(sleep)
+        # Sleeping steps take as long as asked: servers call them off their event loop.
+        self.inline = not self._sleep
         self._spec = EnvSpec(
             action=DiscreteSpec(self._n, tuple(f"A{i}" for i in range(self._n))),
             observation=ArraySpec(self._shape, "uint8", 0, 255),
@@ -92,7 +125,7 @@ class FakeEnvironment(Environment):
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
         if not (type(action) is int and 0 <= action < self._n):
-            raise InvalidAction(f"action {action!r} is not an integer in [0, {self._n})")
+            raise InvalidAction(f"action {brief(action)} is not an integer in [0, {self._n})")
         if self._fail_at is not None and self._steps + 1 == self._fail_at:
             raise RuntimeError("fake environment failure (fail_at_step)")
         if self._sleep:
@@ -126,10 +159,14 @@ class FakeEnvironment(Environment):
         return EnvResult(self._obs(), info={"step": self._steps})
 
 
-def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
+def _bounded(config: Mapping[str, Any], key: str, default: int | None, maximum: int) -> Any:
     value = config.get(key, default)
-    if type(value) is not int or value <= 0:
-        raise EnvConfigError(f"{key} must be a positive integer, got {value!r}")
+    if value is None and default is None:  # an optional option left out (or nil)
+        return None
+    if type(value) is not int or not 0 < value <= maximum:
+        raise EnvConfigError(
+            f"option {key!r} must be an integer in 1..{maximum}, got {brief(value)}"
+        )
     return value
 
 

@@ -355,6 +355,7 @@ _ERROR_MESSAGES = {
     "shutting_down": "the server is shutting down",
     "resume_failed": "resume token 'r-7f3a' is unknown or expired",
     "internal": "the environment failed on 'step' (RuntimeError: boom)",
+    "step_timeout": "the environment did not answer within the server's deadline of 60 s per call",
     "bad_request": "field 'action' must be an integer, a number, an array, a list or a map, got str",
     "unknown_op": "op 'jump' is unknown",
     "not_open": "'step' is not allowed while the session is connected: send 'open' first",

@@ -41,6 +41,7 @@ from ..protocol import (
     native_wire,
     parse_step,
 )
+from ._offload import Worker
 
 __all__ = ["CloseRequest", "ServerSession"]
 
@@ -76,19 +77,29 @@ class ServerSession:
     factory's ``give_back(config, env)`` if it has one (a
     :class:`~openenv_ws.server.pool.WarmPool` does) and the environment never
     raised an unexpected error.
+
+    A session whose environment is not :attr:`~openenv_ws.environment.Environment.inline`
+    has its requests served on a worker thread by
+    :func:`openenv_ws.server._offload.call`; while one is (:attr:`busy`),
+    closing it and replacing its shared region wait until that call returns.
     """
 
     __slots__ = (
         "_admit",
         "_admitted",
         "_broken",
+        "_closing",
         "_config",
         "_factory",
         "_give_back",
         "_into",
         "_max_frame_size",
+        "_next_shared",
         "_release",
+        "_worker",
+        "busy",
         "env",
+        "inline",
         "machine",
         "palette",
         "resume_token",
@@ -129,6 +140,15 @@ class ServerSession:
         # memory itself (one tuple, passed to the region as is); () if it cannot;
         # None until known.
         self._into: tuple[Any, ...] | None = None
+        #: Requests may be served inline (on the caller's thread): the environment's
+        #: calls are bounded. False until the session is open (an open may have to
+        #: wait for its turn to build, see :mod:`openenv_ws.server._pacing`).
+        self.inline = False
+        #: A request is being served on the worker thread.
+        self.busy = False
+        self._worker: Worker | None = None
+        self._closing = False  # close once the call in progress returns
+        self._next_shared: list[ServerRegion | None] = []  # a region to use after it
 
     # ------------------------------------------------------------------ entry points
 
@@ -165,14 +185,50 @@ class ServerSession:
                 "the session is closed, open a new one",
             )
 
-    def refuse(self, code: str, message: str) -> tuple[bytes, CloseRequest]:
-        """An unsolicited fatal error (text frame, idle timeout, shutdown)."""
-        reply, close = self._error(None, code, message)
+    def refuse(
+        self, code: str, message: str, *, request_id: int | None = None
+    ) -> tuple[bytes, CloseRequest]:
+        """A fatal error: unsolicited (text frame, idle timeout, shutdown) or to `request_id`."""
+        reply, close = self._error(request_id, code, message)
         assert close is not None
         return reply, close
 
+    # ------------------------------------------------------------------ worker thread
+
+    def worker(self) -> Worker:
+        """The thread (and lock) serving this session's requests when it is not inline."""
+        if self._worker is None:
+            self._worker = Worker()
+        return self._worker
+
+    def open_for_calls(self) -> bool:
+        """Whether a request may still be served (not closed, nor closing)."""
+        return not self._closing and self.machine.state is not SessionState.CLOSED
+
+    def settle(self) -> None:
+        """The call on the worker thread returned: do what waited for it."""
+        self.busy = False
+        if self._next_shared:
+            self.use_shared(self._next_shared.pop())
+        if self._closing:
+            self.close()
+
+    def abandon(self) -> None:
+        """The call in progress missed its deadline: the environment is never used again.
+
+        It is closed (not reused) once the call returns; until then the
+        session keeps its slot, so stuck calls are bounded by the session limit.
+        """
+        self._broken = True
+        self._closing = True
+
     def use_shared(self, region: ServerRegion | None) -> None:
         """Send observations through `region` from now on (None: inline)."""
+        if self.busy:  # the worker thread may be writing into the current region
+            self._next_shared[:] = [region]
+            if region is not None:
+                region.owner = self
+            return
         old, self.shared = self.shared, region
         self._into = None
         if region is not None:
@@ -181,7 +237,20 @@ class ServerSession:
             old.close()
 
     def close(self) -> None:
-        """Free the environment and the session's slot; safe to call more than once."""
+        """Free the environment and the session's slot; safe to call more than once.
+
+        While a call runs on the worker thread, this happens when it returns.
+        """
+        if self.busy:
+            self._closing = True
+            return
+        self.inline = False
+        if self._worker is not None:
+            self._worker.stop()
+        for region in self._next_shared:
+            if region is not None and region is not self.shared:
+                region.close()
+        self._next_shared.clear()
         self.use_shared(None)
         self.machine.closed()
         env, self.env = self.env, None
@@ -274,6 +343,7 @@ class ServerSession:
         except BaseException:
             self._leave()
             raise
+        self.inline = bool(getattr(self.env, "inline", False))
         if frame.palette:
             self.palette = self.env.indexed_frames()
         self.machine.served("open")

@@ -58,6 +58,15 @@ class ServerLimits:
             written before it closes what is left.
         http_session_ttl: seconds an HTTP session (fallback routes or OpenEnv's
             HTTP routes) may go without a request before it is closed; None: never.
+        step_timeout: seconds one call of an environment that is not inline
+            (:attr:`~openenv_ws.environment.Environment.inline`) may take; a call
+            past it ends its session with ``step_timeout``. None: no deadline.
+        cold_open_share: the largest fraction of time spent building
+            environments for opens the warm pool cannot serve (they hold the
+            GIL); the next such open waits its turn (1: no pacing). Also paces
+            the warm pool's background builds.
+        cold_open_queue: opens that may wait for their turn to build at once;
+            the next gets ``capacity`` (close 1013).
         open_timeout: seconds a WebSocket connection may go without opening a
             session before the server closes it (``idle_timeout``, close 1001,
             the reason naming the open timeout); None: never.
@@ -69,6 +78,9 @@ class ServerLimits:
     resume_grace: float | None = 30.0
     drain_timeout: float = 10.0
     http_session_ttl: float | None = 300.0
+    step_timeout: float | None = 60.0
+    cold_open_share: float = 0.25
+    cold_open_queue: int = 64
     open_timeout: float | None = 60.0
 
 
@@ -231,6 +243,8 @@ def create_app(
         release=registry.release,
         ttl=registry.limits.http_session_ttl,
         max_frame_size=registry.limits.max_frame_size,
+        step_timeout=registry.limits.step_timeout,
+        cold_opens=supervisor.cold_opens,
     )
     openenv = OpenEnvCompat(http_sessions, openenv_config, __version__)
 

@@ -61,6 +61,8 @@ from ..protocol import (
     encode,
     error_frame,
 )
+from ._offload import call
+from ._pacing import ColdOpens
 from ._session import ServerSession
 
 __all__ = [
@@ -93,6 +95,7 @@ HTTP_STATUS: dict[str, int] = {
     "shutting_down": 503,
     "resume_failed": 404,
     "internal": 500,
+    "step_timeout": 504,
     "bad_request": 400,
     "unknown_op": 400,
     "not_open": 404,
@@ -148,6 +151,10 @@ class HTTPSessionStore:
         ttl: seconds without a request after which a session is closed
             (None: never).
         max_frame_size: largest request frame, in bytes.
+        step_timeout: seconds one call of an environment that is not inline
+            may take (served on the session's worker thread; None: no deadline).
+        cold_opens: the turns of opens that build their environment (shared
+            with the WebSocket sessions); None: opens are not paced.
         clock: monotonic seconds (tests may pass their own).
     """
 
@@ -159,6 +166,8 @@ class HTTPSessionStore:
         release: Callable[[ServerSession], None] | None,
         ttl: float | None,
         max_frame_size: int,
+        step_timeout: float | None = None,
+        cold_opens: ColdOpens | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if ttl is not None and ttl <= 0:
@@ -168,6 +177,8 @@ class HTTPSessionStore:
         self._release = release
         self.ttl = ttl
         self.max_frame_size = max_frame_size
+        self.step_timeout = step_timeout
+        self.cold_opens = cold_opens
         self._clock = clock
         self._entries: OrderedDict[str, HTTPEntry] = OrderedDict()
         self._expired: OrderedDict[str, None] = OrderedDict()
@@ -382,7 +393,10 @@ class HTTPFallback:
             return error_response(exc.code, str(exc), media, exc.request_id)
         assert isinstance(frame, Open)
         session = store.new_session()
-        reply, _ = session.handle(encode(frame))
+        if store.cold_opens is not None:
+            reply, _ = await store.cold_opens.serve(session, encode(frame))
+        else:
+            reply, _ = session.handle(encode(frame))
         if session.state is not SessionState.OPEN:
             session.close()
             return reply_response(reply, media)
@@ -417,7 +431,11 @@ class HTTPFallback:
             last = entry.last_exchange
             if last is not None and last[0] == data:
                 return reply_response(last[1], media)  # a retry: answered, not applied again
-            reply, close = entry.session.handle(data)
+            session = entry.session
+            if session.inline or session.env is None:
+                reply, close = session.handle(data)
+            else:  # on the session's worker thread, under the deadline
+                reply, close = await call(session, data, store.step_timeout)
             # Only requests with an id count as retries: curl users may send none twice.
             entry.last_exchange = (data, reply) if frame.id else None
             if close is not None:

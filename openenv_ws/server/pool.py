@@ -83,6 +83,10 @@ class WarmPool:
             (and the first requests of those sessions) is over.
         recycle: take back the environments of sessions that end (see
             :meth:`give_back`); False hands out only never-used ones.
+        build_share: the largest fraction of time the background builds
+            take: after a build of ``d`` seconds the next waits
+            ``d * (1 / build_share - 1)`` (1: back to back). A build that holds
+            the GIL pauses every session of the process for its duration.
 
     Use the pool (or :meth:`factory`) where an :data:`~openenv_ws.environment.EnvFactory`
     is expected; sessions made with the pool itself give their environments
@@ -100,9 +104,13 @@ class WarmPool:
         max_keys: int = 8,
         refill_delay: float = 1.0,
         recycle: bool = True,
+        build_share: float = 1.0,
     ) -> None:
         if size < 0 or max_keys < 1:
             raise ValueError(f"size must be >= 0 and max_keys >= 1, got {size} and {max_keys}")
+        if not 0 < build_share <= 1:
+            raise ValueError(f"build_share must be in (0, 1], got {build_share}")
+        self.build_share = build_share
         self._build = factory
         self.size = size
         self.max_keys = max_keys
@@ -230,6 +238,7 @@ class WarmPool:
                     return
             assert job is not None
             key, config = job
+            start = time.monotonic()
             try:
                 env = self._build(dict(config))
             except Exception as exc:  # noqa: BLE001 - a config that fails is dropped, not retried
@@ -248,6 +257,15 @@ class WarmPool:
                     keep = True
             if not keep:
                 env.close()
+            self._rest(time.monotonic() - start)
+
+    def _rest(self, build_seconds: float) -> None:
+        """Keep background builds to ``build_share`` of the time (returns early on close)."""
+        rest = build_seconds * (1 / self.build_share - 1)
+        if rest > 0:
+            with self._lock:
+                if not self._closed:
+                    self._lock.wait(rest)
 
     # ------------------------------------------------------------------ state
 

@@ -16,7 +16,10 @@ every link and every resumable session, so it can
 Requests are served inline on the event loop (one request at a time per
 process), so the supervisor only ever acts on a link while that link waits
 for its next message or for a reply to be written: a request is never cut
-in half. To wake a waiting link, the supervisor cancels its task; the link
+in half. Sessions whose environment is not inline (its calls are not
+bounded) are served on a worker thread of their own under the per-call
+deadline ``step_timeout`` (see :mod:`openenv_ws.server._offload`); their
+link waits for the reply as it would for a reply to be written. To wake a waiting link, the supervisor cancels its task; the link
 then takes the messages that had already arrived before acting.
 
 **Replies are replayed, never recomputed.** Each session keeps its last
@@ -40,6 +43,8 @@ from .._shm import ServerRegion
 from ..environment import EnvFactory
 from ..protocol import Open, SessionState
 from ._fastws import DIRECT
+from ._offload import call
+from ._pacing import ColdOpens
 from ._session import CloseRequest, ServerSession
 from .auth import AUTHENTICATED, token_matches
 from .metrics import ServerMetrics
@@ -116,7 +121,7 @@ class Link:
 class SupervisedSession(ServerSession):
     """A :class:`ServerSession` with a reply cache, step timing, error counts and resume."""
 
-    __slots__ = ("_hist", "_last", "_remember", "_replay", "_sup", "link")
+    __slots__ = ("_armed", "_hist", "_last", "_remember", "_sup", "link")
 
     def __init__(self, supervisor: Supervisor, link: Link) -> None:
         registry = supervisor.registry
@@ -130,14 +135,14 @@ class SupervisedSession(ServerSession):
         self._hist = supervisor.metrics.step_seconds
         self._remember = supervisor.store.grace > 0
         self._last: tuple[bytes, Reply] | None = None
-        self._replay: tuple[bytes, Reply] | None = None
+        self._armed = False  # the next request may be a re-send of the last one
         self.link: Link | None = link
 
     def handle(self, data: bytes) -> Reply:
-        replay = self._replay
-        if replay is not None:
-            self._replay = None
-            if replay[0] == data:
+        if self._armed:
+            self._armed = False
+            replay = self._last
+            if replay is not None and replay[0] == data:
                 self._sup.metrics.count("replayed")
                 return replay[1]
         steps = self.steps
@@ -183,8 +188,12 @@ class SupervisedSession(ServerSession):
         return super()._error(rid, code, message)
 
     def prepare_replay(self) -> None:
-        """The next request may be a re-send of the last one: answer it from the cache."""
-        self._replay = self._last
+        """The next request may be a re-send of the last one: answer it from the cache.
+
+        The last one is taken when the next request is served: a call still
+        running on the worker thread (a session that is not inline) counts.
+        """
+        self._armed = True
 
 
 class Supervisor:
@@ -211,6 +220,9 @@ class Supervisor:
         )
         self.draining = False
         self._sweeper: asyncio.Task[None] | None = None
+        self.cold_opens = ColdOpens(
+            self.limits.cold_open_share, self.limits.cold_open_queue, env_factory
+        )
 
     # ------------------------------------------------------------------ one connection
 
@@ -319,8 +331,12 @@ class Supervisor:
             close: CloseRequest | None
             if data is None:
                 reply, close = session.refuse("text_frame", _TEXT)
-            else:
+            elif session.inline:
                 reply, close = session.handle(data)
+            elif session.env is None:  # not open yet: an open may have to wait its turn
+                reply, close = await self.cold_opens.serve(session, data)
+            else:
+                reply, close = await call(session, data, self.limits.step_timeout)
             try:
                 await send({"type": "websocket.send", "bytes": reply})
                 if close is not None:
@@ -338,8 +354,16 @@ class Supervisor:
 
         def handle(data: bytes) -> tuple[bytes, tuple[int, str] | None] | None:
             session = link.session
-            if session is None or not link.waiting or link.ending is not None or link.poked:
-                return None  # the loop has something to do first: queue the request for it
+            if (
+                session is None
+                or not link.waiting
+                or link.ending is not None
+                or link.poked
+                or not session.inline
+            ):
+                # The loop has something to do first, or the request goes to the
+                # session's worker thread: queue it for the loop.
+                return None
             link.count += 1
             reply, close = session.handle(data)
             if close is None:
@@ -367,7 +391,8 @@ class Supervisor:
                 reply, close = session.refuse(
                     "idle_timeout",
                     f"no request arrived within the server's idle timeout "
-                    f"({self.limits.idle_timeout:g} s); open a new session",
+                    f"({self.limits.idle_timeout:g} s); open a new session, or start the server "
+                    "with a larger --idle-timeout (0: never)",
                 )
             else:
                 reply, close = session.refuse(
@@ -517,6 +542,7 @@ class Supervisor:
             "parked": self.store.parked,
             "connections": len(self.links),
             "draining": self.draining,
+            "cold_opens": self.cold_opens.stats(),
         }
 
 

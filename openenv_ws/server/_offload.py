@@ -1,0 +1,157 @@
+"""Calls of environments that are not bounded, served off the event loop under a deadline.
+
+An environment whose calls are bounded by its config (``Environment.inline``,
+e.g. Atari) is called inline on the event loop: that is the fast path. Any
+other environment may take long or never return, so each of its session's
+requests is served on a worker thread of that session (:class:`Worker`),
+one at a time and in order, while the event loop serves everyone else.
+:func:`call` awaits the reply for at most ``step_timeout`` seconds; a call
+that misses it ends its session with ``step_timeout`` (close 1011), and its
+environment is abandoned: closed once the call returns, never reused.
+
+A call that holds the GIL in C (a C extension that does not release it)
+still stops the whole process while it runs: Python cannot preempt it. The
+deadline protects other sessions from Python code and from C code that
+releases the GIL (sleeps, I/O, most numerical libraries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import decode_client_frame, parse_step
+
+if TYPE_CHECKING:
+    from ._session import CloseRequest, ServerSession
+
+__all__ = ["Worker", "call", "timeout_message"]
+
+logger = logging.getLogger("openenv_ws.server")
+
+Reply = tuple[bytes, "CloseRequest | None"]
+
+
+class Worker:
+    """The thread that serves one session's requests, and the lock that keeps them in order.
+
+    The thread is a daemon: one stuck in an environment call never keeps the
+    process from exiting. It starts with the first call and ends once
+    :meth:`stop` was called and the call in progress (if any) returned.
+    """
+
+    __slots__ = ("_jobs", "_thread", "lock")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(
+        self, fn: Callable[[bytes], Reply], data: bytes, settle: Callable[[], None]
+    ) -> asyncio.Future[Reply]:
+        """Run ``fn(data)`` on the thread; the future gets its result after `settle` ran.
+
+        `settle` runs on the event loop as soon as the call returns, whether
+        or not anyone still awaits the future (a call past its deadline).
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Reply] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name="openenv-ws-session", daemon=True
+            )
+            self._thread.start()
+        self._jobs.put((fn, data, settle, future, loop))
+        return future
+
+    def stop(self) -> None:
+        """End the thread after the call in progress, if any (idempotent)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, data, settle, future, loop = job
+            result: Reply | None = None
+            error: BaseException | None = None
+            try:
+                result = fn(data)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settled, future, settle, result, error)
+
+
+def _settled(
+    future: asyncio.Future[Reply],
+    settle: Callable[[], None],
+    result: Reply | None,
+    error: BaseException | None,
+) -> None:
+    settle()
+    if future.done():  # given up on (deadline, cancelled task)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert result is not None
+        future.set_result(result)
+
+
+def timeout_message(deadline: float) -> str:
+    """The message of a ``step_timeout`` error."""
+    return (
+        f"the environment did not answer within the server's deadline of {deadline:g} s "
+        "per call; the session is closed and its environment abandoned. Open a new "
+        "session; if such calls are expected to take longer, raise the deadline "
+        "(openenv-ws serve --step-timeout SECONDS)"
+    )
+
+
+async def call(session: ServerSession, data: bytes, deadline: float | None) -> Reply:
+    """Serve `data` for `session` on its worker thread, waiting at most `deadline` seconds.
+
+    Requests of one session are served in the order they come (across
+    connections too, after a resume). Past the deadline the session is
+    abandoned (see :meth:`ServerSession.abandon`) and the reply is a fatal
+    ``step_timeout`` error.
+    """
+    worker = session.worker()
+    async with worker.lock:
+        if not session.open_for_calls():
+            return session.refuse("internal", "the session was closed while this request waited")
+        session.busy = True
+        future = worker.submit(session.handle, data, session.settle)
+        try:
+            async with asyncio.timeout(deadline):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            logger.warning(
+                "session %s: an environment call missed the %g s deadline; abandoning it",
+                session.session_id,
+                deadline,
+            )
+            session.abandon()
+            assert deadline is not None
+            message = timeout_message(deadline)
+            return session.refuse("step_timeout", message, request_id=_request_id(data))
+
+
+def _request_id(data: bytes) -> int | None:
+    """The id of a request (to answer it); None if it cannot be read."""
+    step = parse_step(data)
+    if step is not None:
+        return step[0]
+    try:
+        return decode_client_frame(data, max_frame_size=len(data)).id
+    except Exception:  # noqa: BLE001 - an unreadable request gets an error without an id
+        return None

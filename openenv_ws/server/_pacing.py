@@ -1,0 +1,140 @@
+"""Pacing of cold opens: environments built while a session waits, off the warm pool.
+
+Building an environment can hold the GIL for its whole duration (an ale-py
+ROM load: ~70 ms), so while one is built nothing else of the process runs,
+on the event loop or on a thread. One client opening sessions in a loop
+would keep the process building and every other session waiting. So cold
+builds take turns: after a build of ``d`` seconds the next one may start
+``d * (1 / share - 1)`` seconds later, which keeps builds to at most
+``share`` of the process's time. An open waiting for its turn waits
+asynchronously (its connection's task sleeps; other sessions step
+meanwhile), in arrival order; beyond ``max_waiting`` waiting opens the next
+one is refused with ``capacity``. Opens served from the warm pool are not
+paced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import Open, decode_client_frame
+
+if TYPE_CHECKING:
+    from ._session import CloseRequest, ServerSession
+
+__all__ = ["ColdOpens", "share_problem"]
+
+
+def share_problem(share: float) -> str | None:
+    """What is wrong with `share` as the cold-build share, or None if it is fine."""
+    if 0 < share <= 1:
+        return None
+    return f"must be in (0, 1] (1: no pacing), got {share}"
+
+
+class ColdOpens:
+    """Turns of the cold builds of one server process.
+
+    Args:
+        share: the largest fraction of time spent in cold builds (1: no pacing).
+        max_waiting: opens that may wait for their turn at once.
+        factory: the sessions' environment factory; a
+            :class:`~openenv_ws.server.pool.WarmPool` tells which opens it
+            serves warm (``ready``, ``misses``). Without one, every open builds.
+    """
+
+    def __init__(self, share: float, max_waiting: int, factory: Any = None) -> None:
+        problem = share_problem(share)
+        if problem is not None:
+            raise ValueError(f"cold-open share {problem}")
+        if max_waiting < 0:
+            raise ValueError(f"max_waiting must be >= 0, got {max_waiting}")
+        self.share = share
+        self.max_waiting = max_waiting
+        self._ready: Callable[[Mapping[str, Any]], int] | None = getattr(factory, "ready", None)
+        self._pool = factory if self._ready is not None else None
+        self._next = 0.0  # loop time before which no cold build starts
+        self._turns: asyncio.Lock | None = None
+        self.waiting = 0
+        #: Cold builds done, opens that waited for their turn, opens refused.
+        self.built = 0
+        self.paced = 0
+        self.refused = 0
+
+    async def turn(self) -> bool:
+        """Wait until a cold build may start; False if too many opens wait already."""
+        loop = asyncio.get_running_loop()
+        if not self.waiting and loop.time() >= self._next:
+            return True
+        if self.waiting >= self.max_waiting:
+            self.refused += 1
+            return False
+        if self._turns is None:
+            self._turns = asyncio.Lock()  # wakes its waiters in arrival order
+        self.waiting += 1
+        self.paced += 1
+        try:
+            async with self._turns:
+                delay = self._next - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+        finally:
+            self.waiting -= 1
+        return True
+
+    def done(self, seconds: float) -> None:
+        """A cold build took `seconds`: the next one waits its share of rest.
+
+        Called right after the build, before the event loop runs anything
+        else, so the next open in line sees it.
+        """
+        self.built += 1
+        rest = seconds * (1 / self.share - 1)
+        self._next = max(self._next, asyncio.get_running_loop().time() + rest)
+
+    async def serve(self, session: ServerSession, data: bytes) -> tuple[bytes, CloseRequest | None]:
+        """Serve a request of a session that is not open yet; an open that builds waits its turn."""
+        builds = self._builds(data)
+        if builds is not None and not await self.turn():
+            return session.refuse(
+                "capacity",
+                f"{self.max_waiting} sessions already wait for their environment to be built "
+                "(builds are paced: openenv-ws serve --cold-open-share); retry later",
+                request_id=builds,
+            )
+        pool = self._pool
+        misses = pool.misses if pool is not None else 0
+        start = perf_counter()
+        out = session.handle(data)
+        if builds is not None or (pool is not None and pool.misses != misses):
+            self.done(perf_counter() - start)  # failed builds (a bad mode) count too
+        return out
+
+    def _builds(self, data: bytes) -> int | None:
+        """The request id (0 counts) of an open that will build its environment, else None."""
+        try:
+            frame = decode_client_frame(data, max_frame_size=len(data))
+        except Exception:  # noqa: BLE001 - the session refuses it itself
+            return None
+        if not isinstance(frame, Open) or frame.resume is not None:
+            return None
+        if self._ready is not None:
+            try:
+                if self._ready(frame.config):
+                    return None  # served warm
+            except Exception:  # noqa: BLE001 - a config the pool cannot key: refused cheaply
+                return None
+        return frame.id
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for ``/health``."""
+        return {
+            "share": self.share,
+            "built": self.built,
+            "paced": self.paced,
+            "waiting": self.waiting,
+            "refused": self.refused,
+        }
