@@ -10,6 +10,7 @@ in the middle of a frame keeps what was read, so the next read continues it.
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import hashlib
 import os
@@ -23,6 +24,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
 from ..protocol import native_wire
+from ._idle import CallGuard
 
 _c_apply_mask: Callable[[bytes, bytes], bytes] | None
 try:
@@ -207,6 +209,9 @@ class BlockingWebSocket(ConnectionFacts):
             the kernel while waiting for a reply. Spinning spends client CPU
             to skip the wake-up latency of a sleeping thread (tens of
             microseconds per reply on virtual machines); 0 disables it.
+        guard: the lock and call count its callers hold and bump around each
+            call, so that :func:`~openenv_ws.client._idle.keep_alive` can serve
+            the connection between calls (default: a guard of its own).
     """
 
     def __init__(
@@ -217,9 +222,14 @@ class BlockingWebSocket(ConnectionFacts):
         headers: Mapping[str, str] | None = None,
         max_size: int = 64 << 20,
         busy_poll: float = 0.0,
+        guard: CallGuard | None = None,
     ) -> None:
         super().__init__(url, max_size)
         self.busy_poll = busy_poll
+        self.guard = guard if guard is not None else CallGuard()
+        # Messages read between calls (serve_idle), oldest first, for the next call.
+        self._unclaimed: collections.deque[bytes] = collections.deque()
+        self._unclaimed_size = 0
         parts, secure, host, port = endpoint(url)
         self._timeout: float | None = open_timeout
         try:
@@ -329,6 +339,7 @@ class BlockingWebSocket(ConnectionFacts):
             native_wire is None
             or self._secure
             or self.closed
+            or self._unclaimed
             or self._fragments is not None
             or timeout == 0.0
             or (request is not None and len(request) > _MAX_NATIVE_REQUEST)
@@ -413,9 +424,16 @@ class BlockingWebSocket(ConnectionFacts):
         The view is only valid during the call. Control frames are answered
         in passing (ping -> pong) and a close frame raises :class:`SessionClosed`.
         """
+        if self._unclaimed:
+            data = self._unclaimed.popleft()
+            self._unclaimed_size -= len(data)
+            return handler(memoryview(data))
         if self.closed:
             raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
         self._set_timeout(timeout)
+        return self._next_message(handler)
+
+    def _next_message(self, handler: Callable[[memoryview], T]) -> T:
         while True:
             self._fill(2)
             b0, b1 = self._buf[self._start], self._buf[self._start + 1]
@@ -457,6 +475,39 @@ class BlockingWebSocket(ConnectionFacts):
             finally:
                 payload.release()
                 self._start = begin + length
+
+    def serve_idle(self) -> None:
+        """Read what arrived while no call was reading, without waiting: answer pings,
+        take a close frame, keep messages (a late reply, the server's last error)
+        for the next call. Only with :attr:`guard`'s lock held.
+
+        Raises:
+            SessionClosed: the server closed the connection, or it dropped.
+            ProtocolError: the server broke RFC 6455, or sent more unasked
+                messages than the client's message size limit.
+        """
+        if self.closed:
+            return
+        self._set_timeout(0.0)
+        self._nowait = True
+        try:
+            while True:
+                data = self._next_message(bytes)
+                self._unclaimed.append(data)
+                self._unclaimed_size += len(data)
+                if self._unclaimed_size > self.max_size:
+                    self._fail(1009, "the server sent more unasked messages than the client keeps")
+        except _NotReady:
+            pass
+        finally:
+            self._nowait = False
+
+    def take_unclaimed(self) -> list[bytes]:
+        """The messages :meth:`serve_idle` kept and no call has read yet (now removed)."""
+        out = list(self._unclaimed)
+        self._unclaimed.clear()
+        self._unclaimed_size = 0
+        return out
 
     def fileno(self) -> int:
         """The socket's file descriptor, to wait on several connections with ``selectors``."""

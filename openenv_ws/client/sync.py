@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ from ._core import (
     plain_action,
     result_of,
 )
+from ._idle import CallGuard, keep_alive
 from ._resume import Resumption, can_resume
 from ._ws import BlockingWebSocket, normalize_url
 
@@ -77,11 +79,12 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             section 18); the observations are the same arrays. None (default):
             when the C expander is built (``openenv_ws._palette.NATIVE``).
 
-    This client answers the server's heartbeat pings while it waits for a
-    reply, not between calls: a client that makes no call for longer than the
-    server's heartbeat timeout (``--ping-interval`` + ``--ping-timeout``, 40 s
-    by default) is disconnected, and its next call resumes the session if the
-    server still keeps it (``--grace``, 30 s by default).
+    The server's heartbeat pings are answered during calls by the call itself
+    and between calls by a background thread that reads the socket only while
+    no call is in progress (:mod:`openenv_ws.client._idle`): however long the
+    program works between two calls, the connection stays up. Only the
+    server's ``--idle-timeout`` (600 s by default) ends a session that sends
+    no request; the next call then raises :class:`SessionClosed` saying so.
 
     Raises:
         ServerUnavailable: nothing answers at `url`.
@@ -118,6 +121,9 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         self._core.offer_shared_memory(self.url, shared_memory)
         self._provider: ServerProvider | None = None
         self._ws: BlockingWebSocket | None = None
+        self._closing = False
+        # Held around each call; the heartbeat thread reads only when it is free.
+        self._guard = CallGuard()
         try:
             self._ws = self._connect(open_timeout)
             try:
@@ -128,6 +134,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         except BaseException:
             self._core.release()
             raise
+        keep_alive(self._ws)
 
     # ------------------------------------------------------------------ construction
 
@@ -156,6 +163,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             headers=self._core.headers(),
             max_size=self._core.max_frame_size,
             busy_poll=self.busy_poll,
+            guard=self._guard,
         )
         self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
         return ws
@@ -164,12 +172,27 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         return self._send_request(encode(frame), frame.id, timeout)
 
     def _send_request(self, data: bytes, rid: int, timeout: float | None) -> ServerFrame:
+        guard = self._guard
+        guard.lock.acquire()
+        guard.calls += 1
+        try:
+            return self._call(data, rid, timeout)
+        finally:
+            guard.lock.release()
+
+    def _call(self, data: bytes, rid: int, timeout: float | None) -> ServerFrame:
+        """:meth:`_send_request` with the guard held."""
         ws = self._ws
-        if ws is None or ws.closed:
+        if ws is None or self._closing:
             raise self._closed_error()
         try:
             reply = exchange(ws, self._core, data, rid, timeout)
         except SessionClosed as exc:
+            # Closed between calls: what the server said last (its idle timeout,
+            # a drain) was kept for this call.
+            for message in ws.take_unclaimed():
+                with contextlib.suppress(OpenEnvError):
+                    self._core.check(self._core.decode(message))
             if self._core.closed_error is not None:
                 raise self._core.closed_error from None
             if not (self.resume_timeout > 0 and can_resume(self._core, exc)):
@@ -192,6 +215,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
                     ws.close(timeout=0.1)
                     raise
                 self._ws = ws
+                keep_alive(ws)
                 ws.send(data)
                 return reply_to(ws, self._core, rid, timeout)
             except OpenEnvError as exc:
@@ -257,14 +281,17 @@ class EnvClient(SessionFacts, Generic[ObsT]):
     def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
         self.resume_timeout = 0.0  # a session being closed is not worth resuming
-        ws = self._ws
-        if ws is not None and not ws.closed:
-            try:
-                self._request(Close(id=self._core.next_id()), 5.0)
-                ws.recv(self._core.decode, timeout=5.0)  # returns by the server's close frame
-            except Exception:  # noqa: BLE001 - closing is best effort; the socket goes anyway
-                pass
-            ws.close()
+        with self._guard.lock:
+            ws = self._ws
+            if ws is not None and not ws.closed and not self._closing:
+                try:
+                    frame = Close(id=self._core.next_id())
+                    self._call(encode(frame), frame.id, 5.0)
+                    ws.recv(self._core.decode, timeout=5.0)  # returns by the server's close frame
+                except Exception:  # noqa: BLE001 - closing is best effort; the socket goes anyway
+                    pass
+                ws.close()
+            self._closing = True
         self._core.release()
         if self._provider is not None:
             self._provider.stop()

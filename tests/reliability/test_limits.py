@@ -149,16 +149,17 @@ def test_a_peer_that_never_answers_pings_is_dropped_and_its_session_freed() -> N
         assert time.monotonic() - start < interval + timeout + 5 * UNIT
 
 
-def test_a_sync_client_idle_past_the_heartbeat_resumes_transparently() -> None:
-    """The sync client answers pings only while it waits for a reply: idle longer than
-    the heartbeat timeout, it is dropped, and its next call resumes the session."""
+def test_a_sync_client_dropped_by_the_heartbeat_resumes_transparently() -> None:
+    """A sync client whose pings go unanswered (its guard held: neither a call nor the
+    heartbeat thread reads) is dropped, and its next call resumes the session."""
     interval, timeout = 0.2 * UNIT, 0.2 * UNIT
     with serve(ping_interval=interval, ping_timeout=timeout) as server:
         supervisor = server.server.config.app.state.supervisor
         with EnvClient(server.url) as env:
             env.reset(seed=3)
             env.step(1)
-            wait_until(lambda: supervisor.store.parked == 1, 10 * UNIT, what="dropped")
+            with env._guard.lock:
+                wait_until(lambda: supervisor.store.parked == 1, 10 * UNIT, what="dropped")
             assert env.step(2).info == {"step": 2}
             assert supervisor.metrics.counters["sessions_resumed"] == 1
 
