@@ -192,6 +192,7 @@ class ConnectionGuard:
             )
         peer.count += 1
         self.connections += 1
+        self.peers[address] = peer  # again: shedding its last connection may have dropped it
         conn.peer = peer
         conn.address = address
         return None

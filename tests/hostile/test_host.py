@@ -99,7 +99,7 @@ def test_host_policy_of_a_bind_address() -> None:
         assert names == ["*"]
         assert warning is not None and "--allow-host" in warning
         assert served_hosts(wildcard, ["lab.example"]) == (["lab.example"], None)
-    check = HostCheck(lambda *a: None, allowed=["lab.example:8000"])  # type: ignore[arg-type, return-value]
+    check = HostCheck(lambda *a: None, allowed=["lab.example:8000"])
     for host in (
         "localhost",
         "localhost:1",
