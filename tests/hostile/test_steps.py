@@ -52,18 +52,19 @@ def test_a_step_past_the_deadline_ends_only_its_session(server: HostileServer) -
 
 
 def test_slow_steps_within_the_deadline_are_served_in_order(server: HostileServer) -> None:
-    sleep = DEADLINE * UNIT / 6
+    sleep = DEADLINE * UNIT / 2  # each step within the deadline, longer than the check
     with Neighbour(server) as neighbour, server.raw() as ws:
         open_session(ws, {"step_sleep": sleep, "episode_length": 100})
-        for rid in range(10, 16):  # pipelined: about a deadline of sleeping in all
+        for rid in range(10, 13):  # pipelined
             ws.send_raw(masked(encode(step(rid, rid % 4))))
-        ws.send_raw(masked(encode(GetState(id=16))))
-        neighbour.check(within=DEADLINE / 3)
-        replies = [reply(ws, timeout=10 * DEADLINE) for _ in range(7)]
-        assert [r.id for r in replies] == list(range(10, 17))
-        assert all(isinstance(r, Result) for r in replies[:6]), replies
-        assert [r.info["step"] for r in replies[:6]] == list(range(1, 7))
-        assert isinstance(replies[6], StateReply) and replies[6].state["step_count"] == 6
+        ws.send_raw(masked(encode(GetState(id=13))))
+        for _ in range(3):  # the neighbour steps all along, not only between the sleeps
+            neighbour.check(within=DEADLINE / 3)
+        replies = [reply(ws, timeout=10 * DEADLINE) for _ in range(4)]
+        assert [r.id for r in replies] == list(range(10, 14))
+        assert all(isinstance(r, Result) for r in replies[:3]), replies
+        assert [r.info["step"] for r in replies[:3]] == [1, 2, 3]
+        assert isinstance(replies[3], StateReply) and replies[3].state["step_count"] == 3
         neighbour.check()
 
 
