@@ -155,7 +155,12 @@ def test_full_caps_answer_503_and_keep_health_reachable() -> None:
     health = request_bytes("GET", "/health", "127.0.0.1")
     with (
         hostile_server(
-            "--max-connections-per-peer", str(per_peer), "--max-connections", str(total)
+            "--max-connections-per-peer",
+            str(per_peer),
+            "--max-connections",
+            str(total),
+            "--handshake-timeout",
+            f"{60 * UNIT:g}",
         ) as server,
         Neighbour(server) as neighbour,
         contextlib.ExitStack() as stack,
@@ -166,9 +171,28 @@ def test_full_caps_answer_503_and_keep_health_reachable() -> None:
         assert "--max-connections-per-peer" in refusal, refusal
         for sock in held:
             stack.callback(sock.close)
-        # Plain requests from that address are still answered (the reserve)...
-        answer = exchange(server.host, server.port, health, source="127.0.0.2", timeout=10 * UNIT)
-        assert answer.status == 200, answer
+        # Its last place taken by a request still sending its body (which is not shed):
+        # a newcomer is answered 503 as it connects, and reads the answer whole.
+        with connect(server.host, server.port, source="127.0.0.2", timeout=10 * UNIT) as slow:
+            slow.sendall(
+                b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99\r\n\r\n"
+            )
+            answer = exchange(
+                server.host, server.port, health, source="127.0.0.2", timeout=10 * UNIT
+            )
+            assert answer.status == 503, answer
+            assert "--max-connections-per-peer" in answer.json()["message"], answer
+        # Plain requests from that address are answered again (the reserve)...
+        wait_until(
+            lambda: (
+                exchange(
+                    server.host, server.port, health, source="127.0.0.2", timeout=10 * UNIT
+                ).status
+                == 200
+            ),
+            10 * UNIT,
+            what="/health answering from the full address",
+        )
         # ... even while trickling requests from it fill its last place: newcomers shed them.
         with Trickle(server, 5, source="127.0.0.2"):
             answer = exchange(
