@@ -286,9 +286,6 @@ class ConnectionGuard:
             self.connections,
         )
 
-    def stats(self) -> dict[str, int]:
-        return {"connections": self.connections, "websockets": self.websockets, **self.counts}
-
     # ------------------------------------------------------------------ WebSocket side
 
     def websocket_class(self, base: type[Any]) -> type[Any]:
