@@ -89,6 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     openenv_config = _json_config(args.openenv_config, "--openenv-config")
     factory = _load_factory(args.env)
+    warm = _warm_configs(args)
     board = WorkerBoard(args.workers) if args.workers > 1 else None
     if board is not None and args.env == "atari":
         # One key for all workers: a client's sessions may sit on different ones.
@@ -103,13 +104,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             web=args.web,
             token=token,
             openenv_config=openenv_config,
-            pool=_warm_pool(args, factory),
+            pool=_warm_pool(args, factory, warm),
             workers=board,
             allowed_origins=args.allow_origin,
             allowed_hosts=hosts,
         )
 
-    sock = reserve_port(args.host, args.port) if board else bind_socket(args.host, args.port)
+    try:
+        sock = reserve_port(args.host, args.port) if board else bind_socket(args.host, args.port)
+    except OSError as exc:
+        raise SystemExit(_listen_problem(args.host, args.port, exc)) from None
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     hosts, host_warning = served_hosts(args.host, args.allow_host)
@@ -161,19 +165,60 @@ def _serve_process(config: Any, sock: Any, *, freeze: bool) -> None:
     DrainingServer(config).run(sockets=[sock])
 
 
-def _warm_pool(args: argparse.Namespace, factory: EnvFactory) -> Any:
+def _listen_problem(host: str, port: int, exc: OSError) -> str:
+    """One line saying why the server cannot listen at ``host:port``, and what to do."""
+    import errno
+
+    where = f"cannot listen on {host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return f"{where}: the port is in use (another server?); stop it or pick another --port"
+    if exc.errno == errno.EACCES:
+        return f"{where}: permission denied (ports below 1024 need privileges); pick another --port"
+    return f"{where}: {exc.strerror or exc}; check --host and --port"
+
+
+def _port(text: str) -> int:
+    """``--port``: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number from 0 to 65535, got {text!r}"
+        ) from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 (any free port) to 65535, got {port}")
+    return port
+
+
+def _warm_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ``--pool-warm`` configs, checked before serving: a config the environment
+    refuses would fail every worker that builds its pool."""
+    warm = [_json_config(text, "--pool-warm") for text in args.pool_warm]
+    if args.env == "atari":
+        from atari import normalize_config
+
+        from .errors import EnvConfigError
+
+        for text, config in zip(args.pool_warm, warm, strict=True):
+            try:
+                normalize_config(config)
+            except EnvConfigError as exc:
+                raise SystemExit(f"--pool-warm {text}: {exc}") from None
+        warm = warm or [{}]
+    return warm
+
+
+def _warm_pool(args: argparse.Namespace, factory: EnvFactory, warm: list[dict[str, Any]]) -> Any:
     """The ``--pool-size`` warm pool (None when 0); Atari configs are keyed after normalizing."""
     if args.pool_size <= 0:
         return None
     from .server.pool import WarmPool, normalized_key
 
-    warm = [_json_config(text, "--pool-warm") for text in args.pool_warm]
     key = None
     if args.env == "atari":
         from atari import normalize_config
 
         key = normalized_key(normalize_config)
-        warm = warm or [{}]
     return WarmPool(
         factory,
         size=args.pool_size,
@@ -250,15 +295,47 @@ def cmd_games(args: argparse.Namespace) -> int:
     return 0
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that gives the default of every option taking a value (unless it says it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            action.option_strings
+            and action.nargs != 0
+            and action.default not in (None, [], argparse.SUPPRESS)
+            and "default" not in text
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="openenv-ws", description=__doc__)
+    from . import __version__
+    from .protocol import PROTOCOL_VERSION
+
+    parser = argparse.ArgumentParser(
+        prog="openenv-ws", description=__doc__, formatter_class=_HelpFormatter
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {__version__} (protocol v{PROTOCOL_VERSION})",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run a server")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
+    serve = sub.add_parser(
+        "serve", help="run a server", usage="%(prog)s [options]", formatter_class=_HelpFormatter
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind")
+    serve.add_argument("--port", type=_port, default=8000, help="port (0: any free port)")
     serve.add_argument("--env", default="atari", help="atari, fake or module:factory")
-    serve.add_argument("--max-sessions", type=int, default=1024)
+    serve.add_argument(
+        "--max-sessions",
+        type=int,
+        default=1024,
+        help="sessions hosted at once by each server process; the next open gets 'capacity'",
+    )
     serve.add_argument(
         "--max-frame-size", type=int, default=1 << 20, help="largest request frame in bytes"
     )
@@ -275,7 +352,10 @@ def _parser() -> argparse.ArgumentParser:
         help="close HTTP sessions (fallback and OpenEnv routes) idle this many seconds (0: never)",
     )
     serve.add_argument(
-        "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="what the server logs",
     )
     serve.add_argument(
         "--token",
@@ -435,10 +515,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=cmd_serve)
 
-    demo = sub.add_parser("demo", help="play an episode of Pong against an embedded server")
-    demo.add_argument("--seed", type=int, default=0)
+    demo = sub.add_parser(
+        "demo",
+        help="play an episode of Pong against an embedded server",
+        formatter_class=_HelpFormatter,
+    )
+    demo.add_argument("--seed", type=int, default=0, help="seed of the episode")
     demo.add_argument(
-        "--max-steps", type=int, default=None, help="truncate the episode after this many steps"
+        "--max-steps",
+        type=int,
+        default=None,
+        help="truncate the episode after this many steps (default: play it to the end)",
     )
     demo.set_defaults(func=cmd_demo)
 

@@ -31,7 +31,7 @@ __all__ = [
 
 _OPTIONS = ("obs_shape", "n_actions", "episode_length", "fail_at_step", "step_sleep")
 #: Bounds of the options: elements of an observation, actions, steps, seconds of sleep.
-MAX_OBS_ELEMENTS = 1 << 24
+MAX_OBS_ELEMENTS = 1 << 22
 MAX_ACTIONS = 1024
 MAX_STEPS = 2**31 - 1
 MAX_STEP_SLEEP = 3600.0

@@ -103,7 +103,8 @@ def check_handshake_answer(head: str, key: str, url: str) -> dict[str, str]:
 
     Raises:
         AuthError: HTTP 401 or 403 (missing or wrong token, a refused origin).
-        ServerUnavailable: any other status than 101.
+        ServerUnavailable: HTTP 404 (no WebSocket endpoint at the URL's path),
+            or any other status than 101.
         ProtocolError: a wrong ``Sec-WebSocket-Accept`` or an extension not offered.
     """
     status_line, _, rest = head.partition("\r\n")
@@ -113,6 +114,12 @@ def check_handshake_answer(head: str, key: str, url: str) -> dict[str, str]:
         fields[name.strip().lower()] = value.strip()
     parts = status_line.split(" ", 2)
     status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+    if status == 404:
+        path = urlsplit(url).path or "/"
+        raise ServerUnavailable(
+            f"the server at {url} has no WebSocket endpoint at path {path!r} (HTTP 404); "
+            "an openenv-ws server takes sessions at /ws (ws://host:port/ws)"
+        )
     if status in (401, 403):
         raise AuthError(
             f"the server at {url} refused the connection (HTTP {status}); "

@@ -12,8 +12,9 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from .. import __version__
 from .._shm import HEADER as SHM_HEADER
@@ -166,6 +167,17 @@ class SessionEndpoint:
                 shared.close()  # no session took it
 
 
+async def _no_endpoint(websocket: WebSocket) -> None:
+    """A WebSocket handshake on any path but the session endpoint: HTTP 404, so that a
+    client can tell a wrong URL from a refused token (401/403)."""
+    await websocket.send_denial_response(
+        PlainTextResponse(
+            f"no WebSocket endpoint at this path; openenv-ws sessions are at {WS_PATH}",
+            status_code=404,
+        )
+    )
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     value = scope_header(scope, name)
     return None if value is None else value.decode("latin-1")
@@ -291,6 +303,7 @@ def create_app(
     ]
     if web:
         routes += web_routes(env_factory)
+    routes.append(WebSocketRoute("/{path:path}", _no_endpoint))
     app = Starlette(routes=routes, lifespan=lifespan)
     if token is not None:
         app.add_middleware(TokenAuth, token=token)

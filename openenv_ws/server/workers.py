@@ -10,6 +10,10 @@ workers; a session then lives in the worker that accepted it.
 The parent supervises: it forwards SIGTERM/SIGINT to the workers (each
 drains and exits), restarts a worker that dies unexpectedly, and exits when
 all workers are gone. Workers die with the parent (``PR_SET_PDEATHSIG``).
+A worker that fails before it starts serving (an error while building its
+app: every restart would fail the same way), or that dies
+:data:`_MAX_DEATHS` times within :data:`_DEATH_WINDOW` seconds, is not
+restarted: the parent stops the other workers and exits with status 1.
 
 :class:`WorkerBoard` is a small shared-memory table, one slot per worker,
 where each worker publishes its session counts whenever they change; any
@@ -45,6 +49,9 @@ _SLOT = struct.Struct("<qqq")  # pid, sessions, opened_total
 _METRICS_HEAD = struct.Struct("<qq")
 _METRICS_SLOT = 16 << 10
 _RESTART_DELAY = 0.5
+#: A worker dying this many times within _DEATH_WINDOW seconds ends the server.
+_MAX_DEATHS = 5
+_DEATH_WINDOW = 60.0
 
 
 class WorkerBoard:
@@ -85,6 +92,12 @@ class WorkerBoard:
             "sessions_total": sum(w["sessions"] for w in workers),
             "opened_total_all": sum(w["opened_total"] for w in workers),
         }
+
+    def started(self, index: int) -> bool:
+        """Whether worker `index` has started serving (published a metrics snapshot)
+        since its slot was last cleared."""
+        seq: int = _METRICS_HEAD.unpack_from(self._metrics, index * _METRICS_SLOT)[0]
+        return seq != 0
 
     def clear(self, index: int) -> None:
         """Zero a dead worker's slot (done by the parent before restarting it)."""
@@ -185,10 +198,13 @@ def run_workers(
         backlog: listen backlog of each worker's socket.
 
     Returns:
-        The exit status for the parent: 0 after a requested shutdown.
+        The exit status for the parent: 0 after a requested shutdown, 1 when a
+        worker failed at start or kept dying (the others are stopped).
     """
     children: dict[int, int] = {}  # pid -> worker index
+    deaths: dict[int, list[float]] = {}  # worker index -> times it died, recent ones
     stopping = False
+    status = 0
 
     def spawn(index: int) -> None:
         pid = os.fork()
@@ -230,25 +246,43 @@ def run_workers(
             spawn(index)
         while children:
             try:
-                pid, status = os.wait()
+                pid, wait_status = os.wait()
             except ChildProcessError:
                 break
             if pid not in children:
                 continue
             index = children.pop(pid)
+            code = os.waitstatus_to_exitcode(wait_status)
+            started = board is None or board.started(index)
             if board is not None:
                 board.clear(index)
-            if not stopping:
-                logger.warning(
-                    "worker %d (pid %d) exited with status %d; restarting it",
+            if stopping:
+                continue
+            now = time.monotonic()
+            recent = [t for t in deaths.get(index, []) if now - t < _DEATH_WINDOW] + [now]
+            deaths[index] = recent
+            problem = None
+            if code > 0 and not started:
+                problem = f"exited with status {code} before it started serving"
+            elif len(recent) >= _MAX_DEATHS:
+                problem = f"died {len(recent)} times within {_DEATH_WINDOW:g} s"
+            if problem is not None:
+                logger.error(
+                    "worker %d (pid %d) %s; stopping the server (the worker's error is above)",
                     index,
                     pid,
-                    os.waitstatus_to_exitcode(status),
+                    problem,
                 )
-                time.sleep(_RESTART_DELAY)
-                if not stopping:
-                    spawn(index)
+                status = 1
+                stop(signal.SIGTERM, None)
+                continue
+            logger.warning(
+                "worker %d (pid %d) exited with status %d; restarting it", index, pid, code
+            )
+            time.sleep(_RESTART_DELAY)
+            if not stopping:
+                spawn(index)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return 0
+    return status

@@ -31,7 +31,7 @@ ATARI = [
 
 FAKE = [
     ({"n_actions": 2**62}, "n_actions", "1..1024"),
-    ({"obs_shape": [4096, 4096, 4096, 4096]}, "obs_shape", "16777216 elements"),
+    ({"obs_shape": [4096, 4096, 4096, 4096]}, "obs_shape", "4194304 elements"),
     ({"episode_length": 2**62}, "episode_length", "1..2147483647"),
     ({"fail_at_step": "soon"}, "fail_at_step", "1..2147483647"),
     ({"step_sleep": 1e300}, "step_sleep", "0..3600"),

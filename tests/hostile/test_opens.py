@@ -24,7 +24,7 @@ def _cold(i: int) -> dict[str, int]:
 
 
 def test_a_loop_of_cold_opens_is_paced_and_the_neighbour_steps() -> None:
-    with hostile_server("--env", "atari", "--cold-open-share", "0.5") as server:
+    with hostile_server("--env", "atari", "--cold-open-share", "0.1") as server:
         rss = server.rss()
         with Neighbour(server, {"game": "pong"}) as neighbour:
             for i in range(OPENS):
