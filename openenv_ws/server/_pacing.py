@@ -9,8 +9,9 @@ builds take turns: after a build of ``d`` seconds the next one may start
 ``share`` of the process's time. An open waiting for its turn waits
 asynchronously (its connection's task sleeps; other sessions step
 meanwhile), in arrival order; beyond ``max_waiting`` waiting opens the next
-one is refused with ``capacity``. Opens served from the warm pool are not
-paced.
+one is refused with ``capacity``, and so is one from a peer address that
+already has a quarter of them waiting (so one address cannot fill the
+queue). Opens served from the warm pool are not paced.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class ColdOpens:
             raise ValueError(f"max_waiting must be >= 0, got {max_waiting}")
         self.share = share
         self.max_waiting = max_waiting
+        #: Opens one peer address may have waiting at once.
+        self.max_waiting_per_peer = max(1, max_waiting // 4)
+        self._by_peer: dict[str, int] = {}
         self._ready: Callable[[Mapping[str, Any]], int] | None = getattr(factory, "ready", None)
         self._pool = factory if self._ready is not None else None
         self._next = 0.0  # loop time before which no cold build starts
@@ -64,18 +68,29 @@ class ColdOpens:
         self.paced = 0
         self.refused = 0
 
-    async def turn(self) -> bool:
-        """Wait until a cold build may start; False if too many opens wait already."""
+    async def turn(self, peer: str | None = None) -> str | None:
+        """Wait until a cold build may start; or why it may not wait (too many wait already).
+
+        Args:
+            peer: the address the open comes from (None: not counted per peer).
+        """
         loop = asyncio.get_running_loop()
         if not self.waiting and loop.time() >= self._next:
-            return True
+            return None
+        by_peer = self._by_peer
+        mine = by_peer.get(peer, 0) if peer is not None else 0
         if self.waiting >= self.max_waiting:
             self.refused += 1
-            return False
+            return f"{self.max_waiting} sessions already wait for their environment to be built"
+        if mine >= self.max_waiting_per_peer:
+            self.refused += 1
+            return f"{mine} sessions from this address already wait for their environment"
         if self._turns is None:
             self._turns = asyncio.Lock()  # wakes its waiters in arrival order
         self.waiting += 1
         self.paced += 1
+        if peer is not None:
+            by_peer[peer] = mine + 1
         try:
             async with self._turns:
                 delay = self._next - loop.time()
@@ -83,7 +98,13 @@ class ColdOpens:
                     await asyncio.sleep(delay)
         finally:
             self.waiting -= 1
-        return True
+            if peer is not None:
+                left = by_peer[peer] - 1
+                if left:
+                    by_peer[peer] = left
+                else:
+                    del by_peer[peer]
+        return None
 
     def done(self, seconds: float) -> None:
         """A cold build took `seconds`: the next one waits its share of rest.
@@ -95,14 +116,21 @@ class ColdOpens:
         rest = seconds * (1 / self.share - 1)
         self._next = max(self._next, asyncio.get_running_loop().time() + rest)
 
-    async def serve(self, session: ServerSession, data: bytes) -> tuple[bytes, CloseRequest | None]:
-        """Serve a request of a session that is not open yet; an open that builds waits its turn."""
+    async def serve(
+        self, session: ServerSession, data: bytes, peer: str | None = None
+    ) -> tuple[bytes, CloseRequest | None]:
+        """Serve a request of a session that is not open yet; an open that builds waits its turn.
+
+        Args:
+            peer: the address of the client (opens waiting are bounded per address).
+        """
         builds = self._builds(data)
-        if builds is not None and not await self.turn():
+        refusal = None if builds is None else await self.turn(peer)
+        if refusal is not None:
             return session.refuse(
                 "capacity",
-                f"{self.max_waiting} sessions already wait for their environment to be built "
-                "(builds are paced: openenv-ws serve --cold-open-share); retry later",
+                f"{refusal} (builds are paced: openenv-ws serve --cold-open-share, "
+                "--cold-open-queue); retry later",
                 request_id=builds,
             )
         pool = self._pool

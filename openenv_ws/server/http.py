@@ -394,7 +394,8 @@ class HTTPFallback:
         assert isinstance(frame, Open)
         session = store.new_session()
         if store.cold_opens is not None:
-            reply, _ = await store.cold_opens.serve(session, encode(frame))
+            peer = request.client.host if request.client is not None else None
+            reply, _ = await store.cold_opens.serve(session, encode(frame), peer)
         else:
             reply, _ = session.handle(encode(frame))
         if session.state is not SessionState.OPEN:

@@ -88,6 +88,7 @@ class Link:
         "inline_close",
         "mark",
         "mark_time",
+        "peer",
         "poked",
         "session",
         "since",
@@ -95,8 +96,16 @@ class Link:
         "waiting",
     )
 
-    def __init__(self, task: asyncio.Task[Any] | None, *, authenticated: bool, now: float) -> None:
+    def __init__(
+        self,
+        task: asyncio.Task[Any] | None,
+        *,
+        authenticated: bool,
+        now: float,
+        peer: str | None = None,
+    ) -> None:
         self.task = task
+        self.peer = peer  # the client's address, if known
         self.authenticated = authenticated
         self.session: SupervisedSession | None = None
         self.waiting = False  # awaiting its next message: safe to wake
@@ -264,6 +273,7 @@ class Supervisor:
             asyncio.current_task(),
             authenticated=self.token is None or bool(scope.get(AUTHENTICATED)),
             now=loop.time(),
+            peer=_peer(scope),
         )
         link.session = SupervisedSession(self, link)
         self.links.add(link)
@@ -334,7 +344,7 @@ class Supervisor:
             elif session.inline:
                 reply, close = session.handle(data)
             elif session.env is None:  # not open yet: an open may have to wait its turn
-                reply, close = await self.cold_opens.serve(session, data)
+                reply, close = await self.cold_opens.serve(session, data, link.peer)
             else:
                 reply, close = await call(session, data, self.limits.step_timeout)
             try:
@@ -550,6 +560,11 @@ def _opened(link: Link) -> bool:
     """Whether a session was opened (or resumed) on `link`."""
     session = link.session
     return session is None or session.state is not SessionState.CONNECTED
+
+
+def _peer(scope: MutableMapping[str, Any]) -> str | None:
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 async def _pending(link: Link, receive: Receive) -> Message | None:

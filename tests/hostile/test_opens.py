@@ -5,15 +5,22 @@ environment (an ALE ROM load, ~70 ms with the GIL held). A client opening
 such sessions in a loop must not keep the process building: cold builds take
 at most ``--cold-open-share`` of the time, the opens past it wait their turn
 (``/health`` counts them: ``cold_opens.paced``), and beyond
-``--cold-open-queue`` waiting opens the next is refused with ``capacity``.
+``--cold-open-queue`` waiting opens the next is refused with ``capacity``;
+one address may hold a quarter of the queue, so a client from another one
+still gets its turn.
 """
 
 from __future__ import annotations
 
+import functools
+import socket
+
+import pytest
+
 from openenv_ws.protocol import Close, Error, Open, Opened, encode
 
 from ._frames import masked, reply, request
-from .conftest import UNIT, Neighbour, assert_contained, hostile_server
+from .conftest import UNIT, HostileServer, Neighbour, RawWS, assert_contained, hostile_server
 
 OPENS = 8
 
@@ -65,4 +72,35 @@ def test_opens_beyond_the_waiting_bound_get_capacity() -> None:
             assert cold["refused"] == refused and cold["paced"] == 1, cold
         finally:
             for ws in sockets:
+                ws.close()
+
+
+def _from(server: HostileServer, source: str, monkeypatch: pytest.MonkeyPatch) -> RawWS:
+    """A raw connection from another loopback address (Linux routes all of 127/8 to lo)."""
+    with monkeypatch.context() as patch:
+        connect = functools.partial(socket.create_connection, source_address=(source, 0))
+        patch.setattr(socket, "create_connection", connect)
+        return server.raw()
+
+
+def test_one_address_cannot_fill_the_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ("--env", "atari", "--cold-open-share", "0.05", "--cold-open-queue", "8")
+    with hostile_server(*args) as server, Neighbour(server, {"game": "pong"}) as neighbour:
+        # Enough opens at once to fill the whole queue (one building, eight waiting).
+        attackers = [_from(server, "127.0.0.2", monkeypatch) for _ in range(10)]
+        try:
+            for i, ws in enumerate(attackers):
+                ws.send_raw(masked(encode(Open(id=1, config=_cold(i)))))
+            # Meanwhile a client from another address: it waits its turn and opens.
+            with server.raw() as ws:
+                opened = request(ws, Open(id=1, config=_cold(100)), timeout=60)
+                assert isinstance(opened, Opened), opened
+            answers = [reply(ws, timeout=60) for ws in attackers]
+            refused = [a for a in answers if isinstance(a, Error)]
+            # At most one built at once and two (a quarter of 8) waiting: the rest refused.
+            assert len(refused) >= 7, answers
+            assert all("from this address" in e.message for e in refused), refused
+            neighbour.check()
+        finally:
+            for ws in attackers:
                 ws.close()

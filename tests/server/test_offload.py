@@ -147,18 +147,39 @@ def test_cold_opens_beyond_the_bound_are_refused() -> None:
     turns = ColdOpens(0.5, 1)
 
     async def main() -> None:
-        assert await turns.turn()  # nothing built yet: at once
+        assert await turns.turn() is None  # nothing built yet: at once
         turns.done(30.0 * UNIT)  # the next may start 30 units later
         waiting = asyncio.ensure_future(turns.turn())
         await asyncio.sleep(0)
         assert turns.waiting == 1
-        assert not await turns.turn()  # the bound of one waiting open
+        assert "already wait" in (await turns.turn() or "")  # the bound of one waiting open
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
 
     asyncio.run(main())
     assert turns.stats() == {"share": 0.5, "built": 1, "paced": 1, "waiting": 0, "refused": 1}
+
+
+def test_one_address_may_fill_a_quarter_of_the_queue() -> None:
+    turns = ColdOpens(0.5, 8)
+    assert turns.max_waiting_per_peer == 2
+
+    async def main() -> None:
+        turns.done(30.0 * UNIT)
+        waiting = [asyncio.ensure_future(turns.turn(peer)) for peer in ("a", "a", "b")]
+        await asyncio.sleep(0)
+        assert turns.waiting == 3
+        assert "from this address" in (await turns.turn("a") or "")
+        other = asyncio.ensure_future(turns.turn("c"))
+        await asyncio.sleep(0)
+        assert turns.waiting == 4 and not other.done()
+        for task in (*waiting, other):
+            task.cancel()
+        await asyncio.gather(*waiting, other, return_exceptions=True)
+
+    asyncio.run(main())
+    assert turns.waiting == 0 and turns.refused == 1 and turns.paced == 4
 
 
 def test_spec_reports_inline_by_default_false() -> None:
