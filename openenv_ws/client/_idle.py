@@ -24,6 +24,7 @@ send no request, as documented.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import selectors
@@ -32,10 +33,13 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
+from ..errors import OpenEnvError
+
 if TYPE_CHECKING:
+    from ._core import ClientCore
     from ._ws import BlockingWebSocket
 
-__all__ = ["TICK", "CallGuard", "keep_alive"]
+__all__ = ["TICK", "CallGuard", "keep_alive", "read_last_words"]
 
 logger = logging.getLogger("openenv_ws.client")
 
@@ -155,3 +159,12 @@ if hasattr(os, "register_at_fork"):
 def keep_alive(ws: BlockingWebSocket) -> None:
     """Answer `ws`'s heartbeat pings whenever no call is using it, until it closes."""
     _keeper.watch(ws)
+
+
+def read_last_words(ws: BlockingWebSocket, core: ClientCore) -> None:
+    """Check what the keeper kept from a connection that has closed since: a fatal
+    error among it (the server's idle timeout, a drain) becomes ``core.closed_error``,
+    which then tells the user why the session ended."""
+    for message in ws.take_unclaimed():
+        with contextlib.suppress(OpenEnvError):
+            core.check(core.decode(message))

@@ -522,8 +522,9 @@ class BlockingWebSocket(ConnectionFacts):
 
     @property
     def buffered(self) -> int:
-        """Bytes read from the socket and not yet consumed as messages."""
-        return self._end - self._start
+        """Bytes read from the socket and not yet consumed as messages (those
+        :meth:`serve_idle` kept included)."""
+        return self._end - self._start + self._unclaimed_size
 
     def recv_nowait(self, handler: Callable[[memoryview], T]) -> T | Any:
         """Like :meth:`recv`, but never wait: :data:`NOT_READY` if no whole message is here.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -30,7 +29,7 @@ from ._core import (
     plain_action,
     result_of,
 )
-from ._idle import CallGuard, keep_alive
+from ._idle import CallGuard, keep_alive, read_last_words
 from ._resume import Resumption, can_resume
 from ._ws import BlockingWebSocket, normalize_url
 
@@ -188,11 +187,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         try:
             reply = exchange(ws, self._core, data, rid, timeout)
         except SessionClosed as exc:
-            # Closed between calls: what the server said last (its idle timeout,
-            # a drain) was kept for this call.
-            for message in ws.take_unclaimed():
-                with contextlib.suppress(OpenEnvError):
-                    self._core.check(self._core.decode(message))
+            read_last_words(ws, self._core)  # closed between calls: what the server said
             if self._core.closed_error is not None:
                 raise self._core.closed_error from None
             if not (self.resume_timeout > 0 and can_resume(self._core, exc)):

@@ -43,6 +43,7 @@ from ..errors import (
 )
 from ..protocol import Close, Error, Reset, Result, encode, encode_step
 from ._core import DEFAULT, ClientCore
+from ._idle import CallGuard, keep_alive, read_last_words
 from ._resume import Resumption, can_resume
 from ._ws import NOT_READY, BlockingWebSocket, normalize_url
 from .sync import reply_to
@@ -170,6 +171,8 @@ class VectorEnvClient:
         for core, url in zip(self._cores, self.urls, strict=True):
             core.offer_shared_memory(url, shared_memory)
         self._ws: list[BlockingWebSocket] = []
+        # Held around each call; the heartbeat thread answers pings only when it is free.
+        self._guard = CallGuard()
         self._selector = selectors.DefaultSelector()
         # The descriptor each env's socket is registered with (-1: none).
         self._fds = [-1] * n
@@ -191,6 +194,8 @@ class VectorEnvClient:
         except BaseException:
             self._abort()
             raise
+        for ws in self._ws:
+            keep_alive(ws)
         spec = self.spec
         assert isinstance(spec.observation, ArraySpec)
         shape = (n, *spec.observation.shape)
@@ -211,6 +216,7 @@ class VectorEnvClient:
                 open_timeout=_left(deadline),
                 headers=core.headers(),
                 max_size=max_frame_size,
+                guard=self._guard,
             )
             self._ws.append(ws)
             # A resumed session's connection offers the same region again.
@@ -308,9 +314,15 @@ class VectorEnvClient:
             raise InvalidState(
                 f"envs {busy} have a request in flight; recv() their results before resetting"
             )
-        for i, s in zip(ids, seeds, strict=True):
-            self._send_reset(i, s, dict(options or {}), _RESET)
-        arrivals = self._gather(ids, timeout)
+        guard = self._guard
+        guard.lock.acquire()
+        guard.calls += 1
+        try:
+            for i, s in zip(ids, seeds, strict=True):
+                self._send_reset(i, s, dict(options or {}), _RESET)
+            arrivals = self._gather(ids, timeout)
+        finally:
+            guard.lock.release()
         return self._batch(arrivals, by_id=True)[0::4]
 
     def step(
@@ -322,8 +334,15 @@ class VectorEnvClient:
             ``(obs, rewards, terminations, truncations, infos)``, one row per env.
         """
         ids = list(range(self.num_envs))
-        self.send(actions, ids)
-        return self._batch(self._gather(ids, timeout), by_id=True)
+        guard = self._guard
+        guard.lock.acquire()
+        guard.calls += 1
+        try:
+            self._send(actions, ids)
+            arrivals = self._gather(ids, timeout)
+        finally:
+            guard.lock.release()
+        return self._batch(arrivals, by_id=True)
 
     # ------------------------------------------------------------------ asynchronous API
 
@@ -342,6 +361,19 @@ class VectorEnvClient:
             InvalidState: an env has a request in flight, or the client is closed.
             ValueError: ``actions`` and ``env_ids`` differ in length.
         """
+        guard = self._guard
+        guard.lock.acquire()
+        guard.calls += 1
+        try:
+            self._send(actions, env_ids)
+        finally:
+            guard.lock.release()
+
+    def _send(
+        self,
+        actions: Sequence[Any] | np.ndarray[Any, Any],
+        env_ids: Sequence[int] | np.ndarray[Any, Any] | None,
+    ) -> None:
         ids = self._ids(env_ids)
         acts = actions.tolist() if isinstance(actions, np.ndarray) else list(actions)
         if len(acts) != len(ids):
@@ -394,7 +426,13 @@ class VectorEnvClient:
         wait = self.timeout if timeout is DEFAULT else timeout
         deadline = None if wait is None else time.monotonic() + wait
         inbox = self._inbox
-        self._poll(lambda: len(inbox) >= min_envs, deadline, raise_errors=True)
+        guard = self._guard
+        guard.lock.acquire()
+        guard.calls += 1
+        try:
+            self._poll(lambda: len(inbox) >= min_envs, deadline, raise_errors=True)
+        finally:
+            guard.lock.release()
         limit = len(self._inbox) if max_envs is None else max_envs
         arrivals, self._inbox = self._inbox[:limit], self._inbox[limit:]
         return self._batch(self._deliver(arrivals), by_id=False)
@@ -439,6 +477,7 @@ class VectorEnvClient:
         """
         core = self._cores[i]
         self._unregister(i)
+        read_last_words(self._ws[i], core)  # closed between calls: what the server said
         if core.closed_error is not None:
             return core.closed_error
         if not (self.resume_timeout > 0 and can_resume(core, cause)):
@@ -458,6 +497,7 @@ class VectorEnvClient:
             return final
         self._ws[i] = ws
         self._register(i, ws)
+        keep_alive(ws)
         return None
 
     def _reopen(self, i: int, attempt: Resumption) -> BlockingWebSocket:
@@ -468,6 +508,7 @@ class VectorEnvClient:
             open_timeout=attempt.connect_timeout(self.open_timeout),
             headers=core.headers(),
             max_size=core.max_frame_size,
+            guard=self._guard,
         )
         try:
             core.handshake_answered(ws.response_headers, keep_descriptor=True)
@@ -692,12 +733,13 @@ class VectorEnvClient:
         if self.closed:
             return
         self.closed = True
-        for ws, core in zip(self._ws, self._cores, strict=False):
-            if not ws.closed:
-                with contextlib.suppress(Exception):  # closing is best effort
-                    ws.send(encode(Close(id=core.next_id())))
-        for ws in self._ws:
-            ws.close(timeout=2.0)
+        with self._guard.lock:
+            for ws, core in zip(self._ws, self._cores, strict=False):
+                if not ws.closed:
+                    with contextlib.suppress(Exception):  # closing is best effort
+                        ws.send(encode(Close(id=core.next_id())))
+            for ws in self._ws:
+                ws.close(timeout=2.0)
         self._selector.close()
         self._release()
 

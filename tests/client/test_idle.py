@@ -14,8 +14,11 @@ from collections.abc import Iterator
 import pytest
 
 from openenv_ws import SessionClosed
+import numpy as np
+
 from openenv_ws.client import EnvClient
 from openenv_ws.client._idle import TICK
+from openenv_ws.client.vector import VectorEnvClient
 from openenv_ws.providers import LocalServerProvider
 
 from ..conftest import UNIT
@@ -69,6 +72,21 @@ def test_several_idle_clients_in_one_process_keep_their_sessions(
     finally:
         for env in envs:
             env.close()
+
+
+def test_an_idle_vector_client_keeps_its_sessions_and_replies_that_came_meanwhile(
+    quick_heartbeat: LocalServerProvider,
+) -> None:
+    with VectorEnvClient(quick_heartbeat.url, 2) as envs:
+        envs.reset(seed=0)
+        busy_elsewhere(4 * UNIT)
+        _, rewards, *_ = envs.step(np.ones(2, np.int64))
+        assert rewards.tolist() == [1.0, 1.0]
+        envs.send(np.zeros(2, np.int64))  # the replies arrive while nobody reads
+        busy_elsewhere(4 * UNIT)
+        _, _, _, _, infos = envs.recv(min_envs=2)
+        assert sorted(infos["env_id"].tolist()) == [0, 1] and infos["step"].tolist() == [2, 2]
+        assert envs.step(np.ones(2, np.int64))[4]["step"].tolist() == [3, 3]
 
 
 def test_only_the_idle_timeout_ends_an_idle_session_and_it_says_which_option() -> None:
