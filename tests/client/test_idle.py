@@ -11,11 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 from openenv_ws import SessionClosed
-import numpy as np
-
 from openenv_ws.client import EnvClient
 from openenv_ws.client._idle import TICK
 from openenv_ws.client.vector import VectorEnvClient
@@ -56,6 +55,17 @@ def test_a_client_idle_through_many_heartbeats_keeps_its_session(
         assert env.state()["step_count"] == 2
         health = quick_heartbeat.health()
         assert health is not None and health["sessions"] == 1 and health["parked"] == 0
+
+
+def test_a_long_call_reads_its_own_reply_and_the_heartbeat_thread_stays_out(
+    quick_heartbeat: LocalServerProvider,
+) -> None:
+    with EnvClient(quick_heartbeat.url, config={"step_sleep": 2 * UNIT}) as env:
+        env.reset(seed=0)
+        busy_elsewhere(2 * UNIT)
+        for action in (1, 2):  # each step outlasts a tick of the heartbeat thread
+            assert env.step(action).reward == float(action)
+        assert env.state()["step_count"] == 2
 
 
 def test_several_idle_clients_in_one_process_keep_their_sessions(
