@@ -55,7 +55,7 @@ def _json_config(text: str, flag: str) -> dict[str, Any]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import ServerLimits, bind_socket, create_app, uvicorn_config
-    from .server._fastws import busy_poll_problem
+    from .server._fastws import busy_poll_problem, transport_limits_problem
     from .server._guard import connection_cap
     from .server._pacing import share_problem
     from .server.auth import TOKEN_ENV, exposure_warning, served_hosts
@@ -65,6 +65,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     problem = busy_poll_problem(args.busy_poll)
     if problem is not None:
         raise SystemExit(f"--busy-poll {problem}")
+    problem = transport_limits_problem(
+        write_timeout=args.write_timeout or None, control_rate=args.control_frame_rate or None
+    )
+    if problem is not None:
+        raise SystemExit(problem)
     problem = share_problem(args.cold_open_share)
     if problem is not None:
         raise SystemExit(f"--cold-open-share {problem}")
@@ -131,6 +136,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ping_timeout=args.ping_timeout or None,
         timeout_graceful_shutdown=args.drain_timeout,
         busy_poll=args.busy_poll,
+        write_timeout=args.write_timeout or None,
+        control_rate=args.control_frame_rate or None,
         max_connections=max_connections,
         max_connections_per_peer=args.max_connections_per_peer,
         handshake_timeout=args.handshake_timeout or None,
@@ -464,6 +471,22 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=64,
         help="opens that may wait at once for their turn to build; the next gets capacity",
+    )
+    serve.add_argument(
+        "--write-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="abort a WebSocket connection whose client reads nothing of what it is sent for "
+        "this long; meanwhile nothing more is read from it (0: never; default 30)",
+    )
+    serve.add_argument(
+        "--control-frame-rate",
+        type=float,
+        default=100.0,
+        metavar="PER_SECOND",
+        help="pings and pongs a WebSocket client may send per second, in bursts of as many; "
+        "beyond it the connection is closed with 1008 (0: no limit; default 100)",
     )
     serve.add_argument(
         "--busy-poll",

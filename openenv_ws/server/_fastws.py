@@ -6,28 +6,42 @@ pauses and resumes reading around it, wakes the task, and frames every reply
 through a ``Frame`` object into a joined buffer. For a 100 KB observation that
 is most of the server's time beyond the emulator.
 
-:class:`FastWebSocketProtocol` keeps all of that for everything unusual
-(handshake, text, control and fragmented frames, protocol violations, frames
-over the size limit, closing) and takes the common case itself:
+:class:`FastWebSocketProtocol` splits the frames itself once the handshake is
+done and takes the common case on its own:
 
-- **Incoming**: a complete, final, masked binary frame within the size limit
-  is parsed and unmasked here (websockets' C ``apply_mask``). Frames are only
-  ever handed to the websockets parser whole, so it always sits at a frame
-  boundary and the two parsers can take turns.
+- **Incoming**: a complete, final, masked binary frame within the size limit,
+  outside a fragmented message, is parsed and unmasked here (websockets' C
+  ``apply_mask``). Every other frame (text, control, fragments, violations)
+  is handed to the websockets parser whole, one at a time, so the parser
+  always sits at a frame boundary and the two take turns. Received bytes wait
+  in one ``bytearray`` consumed from the front, so a frame arriving in small
+  pieces is copied a bounded number of times.
 - **Direct handling**: an ASGI app may *attach* a handler through the scope
-  extension ``openenv_ws.direct`` (see :meth:`attach`). When a binary message
-  arrives while the app waits for its next message with nothing queued, the
-  handler is called right here, in ``data_received``; it returns the reply
-  (and an optional close) or None to have the message queued for the app as
-  usual. No task wake-up, no queue, no read pause per message.
+  extension ``openenv_ws.direct`` (see :meth:`FastWebSocketProtocol.attach`).
+  When a binary message arrives while the app waits for its next message with
+  nothing queued, the handler is called right here, in ``data_received``; it
+  returns the reply (and an optional close) or None to have the message queued
+  for the app as usual. No task wake-up, no queue, no read pause per message.
 - **Outgoing**: binary messages are framed here; a small one (a step
   result) goes out as one buffer, a large one as header and payload in one
   ``writelines`` (a vectored write) without copying the payload.
 
-Fairness between connections is kept: one directly handled message per
-callback; if more complete frames of the same connection are already
-buffered, the rest waits for the next loop iteration (reading paused meanwhile),
-so a client cannot make the others wait by pipelining.
+One connection cannot hold up the others, whatever it sends:
+
+- **Fairness**: per loop iteration a connection gets one directly handled
+  message, or one message queued for its app (nothing more is read until the
+  app takes it), or up to :data:`PARSER_FRAMES_PER_TURN` frames through the
+  websockets parser; the rest of what it sent waits, reading paused, for the
+  next iteration.
+- **Control-frame rate**: pings and pongs beyond ``control_rate`` per second
+  (bursts of as many) close the connection with 1008.
+- **Back-pressure**: while the transport's write buffer is above its
+  high-water mark (the peer is not reading what it is sent), nothing is read
+  from the peer, so its pings cannot pile up pongs. A peer that reads nothing
+  for ``write_timeout`` seconds is aborted, and a close the peer does not let
+  finish (it does not read the close frame, or does not answer it) ends in an
+  abort ``close_timeout`` seconds later: a connection never waits forever on
+  a peer that stopped reading, and its buffers go with it.
 
 **Busy polling** (:func:`busy_polling`, ``openenv-ws serve --busy-poll``): after
 each message the event loop keeps polling its sockets without sleeping for a
@@ -40,10 +54,12 @@ where the server does not share its core with the client.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
+from asyncio import TimerHandle
 from collections.abc import Callable
 from time import perf_counter
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
@@ -53,7 +69,20 @@ try:
 except ImportError:  # pragma: no cover - websockets built without its C extension
     from websockets.utils import apply_mask
 
-__all__ = ["DIRECT", "BusyPoll", "FastWebSocketProtocol", "busy_poll_problem", "busy_polling"]
+__all__ = [
+    "DEFAULT_CONTROL_RATE",
+    "DEFAULT_WRITE_TIMEOUT",
+    "DIRECT",
+    "PARSER_FRAMES_PER_TURN",
+    "BusyPoll",
+    "FastWebSocketProtocol",
+    "busy_poll_problem",
+    "busy_polling",
+    "protocol_class",
+    "transport_limits_problem",
+]
+
+logger = logging.getLogger("openenv_ws.server")
 
 #: Scope extension under which the protocol offers direct handling.
 DIRECT = "openenv_ws.direct"
@@ -62,9 +91,18 @@ DIRECT = "openenv_ws.direct"
 #: ``close`` is None or a ``(code, reason)`` pair sent after the reply.
 DirectHandler = Callable[[bytes], "tuple[bytes, tuple[int, str] | None] | None"]
 
+#: Seconds a peer may leave what it is sent unread before its connection is aborted.
+DEFAULT_WRITE_TIMEOUT = 30.0
+#: Pings and pongs a peer may send per second (and in one burst) before it is closed with 1008.
+DEFAULT_CONTROL_RATE = 100.0
+#: Frames one connection hands the websockets parser per loop iteration.
+PARSER_FRAMES_PER_TURN = 16
+
 _BINARY_FIN = 0x82
+_RATED = (0x9, 0xA)  # ping, pong
 _U16 = struct.Struct("!BBH")
 _U64 = struct.Struct("!BBQ")
+_VIEW_FROM = 4096  # payloads at least this long are unmasked from a view, not a slice
 
 
 def frame_header(length: int) -> bytes:
@@ -109,6 +147,31 @@ class BusyPoll:
             self.spinning = False
 
 
+class _BoundedClose:
+    """A connection's transport whose ``close()`` ends in an abort if it does not finish.
+
+    A graceful close first writes out what is buffered; a peer that stopped
+    reading would keep the connection, and its buffer, forever. Every close
+    (uvicorn's included: heartbeat timeout, close handshake, protocol
+    violation, shutdown) is followed by an abort ``close_timeout`` seconds
+    later unless the connection is gone by then. Everything else is the
+    wrapped transport's own.
+    """
+
+    __slots__ = ("_protocol", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, protocol: FastWebSocketProtocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+
+    def close(self) -> None:
+        self._transport.close()
+        self._protocol._abort_later()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class FastWebSocketProtocol(WebSocketsSansIOProtocol):
     """``websockets-sansio`` with binary messages parsed, handled and framed inline."""
 
@@ -116,14 +179,41 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
     busy_poll = 0.0
     #: The :class:`BusyPoll` of the loop this class serves on (made by the first connection).
     poller: BusyPoll | None = None
+    #: Seconds the peer may read nothing of what is buffered for it before the
+    #: connection is aborted (None: no limit).
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
+    #: Pings and pongs per second the peer may send, in bursts of as many (None: no limit).
+    control_rate: float | None = DEFAULT_CONTROL_RATE
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._buf = b""
-        self._slow = False  # everything goes through the websockets parser from now on
+        self._buf = bytearray()  # received bytes not yet served, from a frame boundary on
+        self._need = 0  # how many bytes _buf must hold before its first frame is complete
+        self._framing = False  # frames are split here (handshake done, parser at a boundary)
+        self._slow = False  # after a violation: the websockets parser takes everything
         self._deferred = False  # a call_soon to go on with buffered frames is pending
+        self._blocked = False  # the write buffer is above its high-water mark
+        self._stall: TimerHandle | None = None  # aborts a peer that stopped reading
+        self._doom: TimerHandle | None = None  # aborts a close that does not finish
         self._direct: DirectHandler | None = None
         self._max_size: int | None = self.config.ws_max_size
+        self._tokens = self.control_rate or 0.0
+        self._refilled = self.loop.time()
+        self._raw: asyncio.Transport = cast(asyncio.Transport, None)  # set in connection_made
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        raw = self._raw = cast(asyncio.Transport, transport)
+        # A stand-in, not a subclass: it adds close() and forwards the rest.
+        self.transport = cast(asyncio.Transport, _BoundedClose(raw, self))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self._stall, self._doom):
+            if timer is not None:
+                timer.cancel()
+        self._stall = self._doom = None
+        self._buf = bytearray()
+        super().connection_lost(exc)
 
     # ------------------------------------------------------------------ app side
 
@@ -137,105 +227,232 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
         """Serve binary messages with `handler` while the app waits for one (None: stop)."""
         self._direct = handler
 
+    async def receive(self) -> Any:
+        message = await self.queue.get()
+        if self.read_paused and self.queue.empty():
+            self.read_paused = False
+            self._go_on()
+        return message
+
     async def send(self, message: Any) -> None:
         data = message.get("bytes") if message["type"] == "websocket.send" else None
         if data is not None and self._open_for_data():
-            if not self.writable.is_set():
+            if self._blocked:
                 await self.writable.wait()
             if self._open_for_data():
                 self._write_binary(data)
                 return
         await super().send(message)
+        if message["type"] == "websocket.close":
+            self._go_on()  # uvicorn resumes reading for the close reply: frames buffered go first
 
     # ------------------------------------------------------------------ transport side
 
     def data_received(self, data: bytes) -> None:
-        if self._slow or not self.handshake_complete or self.close_sent:
-            if self._buf:
-                data, self._buf = self._buf + data, b""
-            self._slow = self._slow or self.handshake_complete
-            super().data_received(data)
+        if not self._framing and not self._take_frames():
+            if not self.conn.eof_sent:  # else closed: what still comes is discarded
+                # The opening handshake, or the rest of a frame after a violation.
+                super().data_received(data)
             return
-        if self._buf:
-            self._buf += data
-            if self._deferred:
-                return  # the pending callback goes on with it, in order
+        buf = self._buf
+        if buf:
+            buf += data
+            if self._deferred or len(buf) < self._need:
+                return  # the pending callback goes on with it, or the frame is not complete yet
+            self._process(buf)
         else:
-            self._buf = data
-        self._process()
+            self._process(data)
+
+    def _take_frames(self) -> bool:
+        """Start splitting frames here if the handshake is done; False while the parser keeps them."""
+        conn = self.conn
+        if not self.handshake_complete or self._slow or conn.eof_sent:
+            return False
+        if conn.state is not State.OPEN and conn.state is not State.CLOSING:
+            return False
+        self._framing = True
+        if conn.reader.buffer:
+            # The parser holds part of a frame sent along with the handshake request, before
+            # the response: it cannot be taken over mid-frame, and RFC 6455 (4.1) forbids it.
+            self._fail(1002, "data sent before the handshake response")
+            return False
+        return True
+
+    def _process(self, buf: bytes | bytearray) -> None:
+        """Serve the complete frames at the front of `buf` (the bytes just read, or the buffer)."""
+        size = len(buf)
+        pos = 0
+        need = 0
+        budget = PARSER_FRAMES_PER_TURN
+        max_size = self._max_size
+        while pos < size:
+            if self.read_paused or self._blocked:
+                break  # the app takes its message first / the peer is not reading
+            if size - pos < 2:
+                need = 2
+                break
+            first = buf[pos]
+            second = buf[pos + 1]
+            length = second & 0x7F
+            start = pos + 6  # 2 header bytes + 4 mask bytes
+            if length == 126:
+                if size - pos < 4:
+                    need = 4
+                    break
+                length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+                start = pos + 8
+            elif length == 127:
+                if size - pos < 10:
+                    need = 10
+                    break
+                length = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+                start = pos + 14
+            end = start + length
+            if (
+                first == _BINARY_FIN
+                and second & 0x80
+                and (max_size is None or length <= max_size)
+                and self.conn.current_size is None  # not inside a fragmented message
+                and not self.close_sent
+            ):
+                if size < end:
+                    need = end - pos
+                    break
+                if length >= _VIEW_FROM:
+                    with memoryview(buf) as view:
+                        payload = apply_mask(view[start:end], buf[start - 4 : start])
+                elif length:
+                    payload = apply_mask(buf[start:end], buf[start - 4 : start])
+                else:
+                    payload = b""
+                pos = end
+                if self._deliver(payload):
+                    if pos < size:
+                        self._defer()  # served inline: the rest waits for the next iteration
+                    break
+                continue
+            if not second & 0x80 or first & 0x70 or self._too_big(length):
+                # A violation the websockets parser refuses from the header (1002, 1009).
+                self._give_up(buf, pos)
+                return
+            if size < end:
+                need = end - pos
+                break
+            if not budget:
+                self._defer()
+                break
+            budget -= 1
+            opcode = first & 0x0F
+            if opcode in _RATED and not self._admit_control():
+                rate = self.control_rate
+                logger.info(
+                    "%s: more than %g pings and pongs per second; closing", self._peer(), rate
+                )
+                self._fail(1008, f"more than {rate:g} pings and pongs per second")
+                return
+            super().data_received(buf[pos:end])  # type: ignore[arg-type]  # bytes-like is fine
+            pos = end
+            if self.conn.eof_sent:
+                # The connection is closed (a close frame, a violation): the rest is discarded.
+                self._buf = bytearray()
+                self._need = 0
+                return
+        self._need = need
+        if buf is self._buf:
+            del buf[:pos]
+        elif pos < size:
+            self._buf += memoryview(buf)[pos:]
+
+    def _too_big(self, length: int) -> bool:
+        """Whether a frame of `length` bytes takes the message it belongs to past the limit."""
+        limit = self._max_size
+        if limit is None:
+            return False
+        received = self.conn.current_size
+        return length > (limit if received is None else limit - received)
+
+    def _give_up(self, buf: bytes | bytearray, pos: int) -> None:
+        """Hand everything from `pos` on to the websockets parser, for good."""
+        self._slow = True
+        self._framing = False
+        rest = bytes(buf[pos:])
+        self._buf = bytearray()
+        self._need = 0
+        super().data_received(rest)
+
+    def _admit_control(self) -> bool:
+        """Take a token for a ping or pong; False once the peer is past its rate."""
+        rate = self.control_rate
+        if rate is None:
+            return True
+        now = self.loop.time()
+        tokens = min(rate, self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        if tokens < 1.0:
+            self._tokens = tokens
+            return False
+        self._tokens = tokens - 1.0
+        return True
+
+    def _fail(self, code: int, reason: str) -> None:
+        """Close with `code` and discard whatever the peer sends from now on."""
+        self._slow = True
+        self._framing = False
+        self._buf = bytearray()
+        self._need = 0
+        self.conn.fail(code, reason)
+        self.handle_parser_exception()
+
+    def handle_parser_exception(self) -> None:
+        # As uvicorn's, but the connection is half-closed and what the peer still sends
+        # is read and discarded until it closes too (within close_timeout): closing a
+        # socket with unread input resets the connection, and the peer would likely
+        # lose the close frame telling it why.
+        close = self.conn.close_sent
+        assert close is not None
+        self.queue.put_nowait(
+            {"type": "websocket.disconnect", "code": close.code, "reason": close.reason}
+        )
+        self._raw.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        if self._raw.can_write_eof():
+            self._raw.write_eof()
+        self.read_paused = False
+        self._abort_later()
+        if not self._blocked:
+            self._raw.resume_reading()
+
+    def _defer(self) -> None:
+        """Go on with the buffered frames on the next loop iteration, reading paused meanwhile."""
+        if self._deferred:
+            return
+        self._deferred = True
+        self._raw.pause_reading()
+        self.loop.call_soon(self._resume)
 
     def _resume(self) -> None:
         self._deferred = False
-        if self.disconnected or self.transport.is_closing():
+        if self.disconnected or self._raw.is_closing():
             return
-        self._process()
-        if not self._deferred and not self.read_paused and not self.transport.is_closing():
-            self.transport.resume_reading()
+        if self._framing and self._buf:
+            self._process(self._buf)
+        self._go_on()
 
-    def _process(self) -> None:
-        """Serve the complete frames at the front of the buffer."""
-        buf = self._buf
-        max_size = self._max_size
-        while buf:
-            if self._slow or self.close_sent or self.conn.state is not State.OPEN:
-                self._buf = b""
-                self._slow = True
-                super().data_received(buf)
-                return
-            size = len(buf)
-            if size < 2:
-                break
-            first = buf[0]
-            length = buf[1] & 0x7F
-            start = 6  # 2 header bytes + 4 mask bytes
-            if length == 126:
-                if size < 4:
-                    break
-                length = int.from_bytes(buf[2:4], "big")
-                start = 8
-            elif length == 127:
-                if size < 10:
-                    break
-                length = int.from_bytes(buf[2:10], "big")
-                start = 14
-            too_big = max_size is not None and length > max_size
-            fast = (
-                first == _BINARY_FIN
-                and buf[1] & 0x80
-                and not too_big
-                and not self.conn.expect_continuation_frame
-            )
-            if not fast and (too_big or first & 0x70 or not buf[1] & 0x80):
-                # A violation the websockets parser reports (1009, 1002): let it.
-                self._buf = b""
-                self._slow = True
-                super().data_received(buf)
-                return
-            end = start + length
-            if size < end:
-                break
-            frame, buf = buf[:end], buf[end:]
-            if not fast:
-                # A whole text, control or fragment frame: the websockets parser takes it.
-                self._buf = buf
-                super().data_received(frame)
-                buf = self._buf
-                continue
-            payload = apply_mask(frame[start:], frame[start - 4 : start]) if length else b""
-            self._buf = buf
-            if self._deliver(payload) and buf:
-                # Served inline: leave the rest to the next loop iteration.
-                self._deferred = True
-                self.transport.pause_reading()
-                self.loop.call_soon(self._resume)
-                return
-            buf = self._buf
-        self._buf = bytes(buf) if buf else b""
+    def _go_on(self) -> None:
+        """Read on (buffered frames first), unless the app, the peer or a pending callback holds it."""
+        if self._deferred or self.disconnected:
+            return
+        if self.read_paused or self._blocked:
+            self._raw.pause_reading()
+        elif self._framing and self._buf and len(self._buf) >= self._need:
+            self._defer()
+        else:
+            self._raw.resume_reading()
 
     def _deliver(self, payload: bytes) -> bool:
         """Serve one binary message inline if the app allows it, else queue it; True if inline."""
         handler = self._direct
-        if handler is not None and self.queue.empty() and self.writable.is_set():
+        if handler is not None and self.queue.empty():
             out = handler(payload)
             if out is not None:
                 reply, close = out
@@ -245,10 +462,50 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
                         self._close(*close)
                 return True
         self.queue.put_nowait({"type": "websocket.receive", "bytes": payload})
-        if not self.read_paused:
-            self.read_paused = True
-            self.transport.pause_reading()
+        self.read_paused = True
+        self._raw.pause_reading()
         return False
+
+    # ------------------------------------------------------------------ flow control
+
+    def pause_writing(self) -> None:
+        # The peer is not reading what it is sent: read nothing more from it (its
+        # pings would pile up pongs), and give it `write_timeout` to catch up.
+        self._blocked = True
+        self.writable.clear()
+        self._raw.pause_reading()
+        if self.write_timeout is not None and self._stall is None:
+            self._stall = self.loop.call_later(self.write_timeout, self._abort_stalled)
+
+    def resume_writing(self) -> None:
+        self._blocked = False
+        self.writable.set()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        self._go_on()
+
+    def _abort_stalled(self) -> None:
+        self._stall = None
+        logger.info(
+            "%s: the peer read nothing for %g s; connection aborted",
+            self._peer(),
+            self.write_timeout,
+        )
+        self.transport.abort()
+
+    def _abort_later(self) -> None:
+        """The connection is closing: abort it if it is still there after ``close_timeout``."""
+        if self._doom is None and not self.disconnected:
+            self._doom = self.loop.call_later(self.close_timeout, self._abort_unfinished)
+
+    def _abort_unfinished(self) -> None:
+        self._doom = None
+        logger.info("%s: close not finished in %g s; aborted", self._peer(), self.close_timeout)
+        self.transport.abort()
+
+    def _peer(self) -> str:
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
 
     # ------------------------------------------------------------------ writing
 
@@ -263,9 +520,9 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def _write_binary(self, data: bytes) -> None:
         if len(data) < 2048:  # a step result: one small buffer beats a vectored write
-            self.transport.write(frame_header(len(data)) + data)
+            self._raw.write(frame_header(len(data)) + data)
         else:
-            self.transport.writelines((frame_header(len(data)), data))
+            self._raw.writelines((frame_header(len(data)), data))
 
     def _close(self, code: int, reason: str) -> None:
         """What ``websocket.close`` from the app does, for a close decided inline."""
@@ -274,9 +531,6 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
         self.conn.send_close(code, reason)
         self.transport.write(b"".join(self.conn.data_to_send()))
         self.close_sent = True
-        if self.read_paused:
-            self.read_paused = False
-            self.transport.resume_reading()
         self.close_timer = self.loop.call_later(self.close_timeout, self.transport.close)
 
 
@@ -285,7 +539,10 @@ class _BusyPolling(FastWebSocketProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        cls = type(self)
+        # The class protocol_class made holds the poller, also under subclasses of it.
+        cls: type[FastWebSocketProtocol] = next(
+            c for c in type(self).__mro__ if "busy_poll" in vars(c)
+        )
         poller = cls.poller
         if poller is None or poller.loop is not self.loop:
             poller = cls.poller = BusyPoll(self.loop, self.busy_poll)
@@ -303,15 +560,63 @@ def busy_poll_problem(window: float) -> str | None:
     return f"must be between 0 and {MAX_BUSY_POLL:g} seconds, got {window}"
 
 
-def busy_polling(window: float) -> type[FastWebSocketProtocol]:
-    """The protocol class for a server that busy-polls `window` seconds after each message."""
-    problem = busy_poll_problem(window)
+def transport_limits_problem(
+    *, write_timeout: float | None, control_rate: float | None
+) -> str | None:
+    """What is wrong with these limits (None: no limit), or None if they are fine."""
+    if write_timeout is not None and not write_timeout > 0:
+        return f"the write timeout (--write-timeout) must be above 0 s, got {write_timeout:g}"
+    if control_rate is not None and not control_rate >= 1:
+        return (
+            "the control-frame rate (--control-frame-rate) must be at least 1 per second, "
+            f"got {control_rate:g}"
+        )
+    return None
+
+
+def protocol_class(
+    *,
+    busy_poll: float = 0.0,
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
+    control_rate: float | None = DEFAULT_CONTROL_RATE,
+) -> type[FastWebSocketProtocol]:
+    """The protocol class for a server with these settings.
+
+    Args:
+        busy_poll: seconds to busy-poll after each message (0: off); see :func:`busy_polling`.
+        write_timeout: seconds a peer may read nothing of what it is sent
+            before its connection is aborted (None: no limit).
+        control_rate: pings and pongs per second a peer may send, in bursts
+            of as many, before it is closed with 1008 (None: no limit).
+
+    Raises:
+        ValueError: a setting is out of range.
+    """
+    problem = busy_poll_problem(busy_poll)
     if problem is not None:
         raise ValueError(f"busy poll {problem}")
-    if window == 0:
+    problem = transport_limits_problem(write_timeout=write_timeout, control_rate=control_rate)
+    if problem is not None:
+        raise ValueError(problem)
+    if (busy_poll, write_timeout, control_rate) == (
+        0.0,
+        DEFAULT_WRITE_TIMEOUT,
+        DEFAULT_CONTROL_RATE,
+    ):
         return FastWebSocketProtocol
-    # A class per server: each one's poller belongs to the loop that server runs on.
-    return type("FastWebSocketProtocol", (_BusyPolling,), {"busy_poll": window})
+    base = _BusyPolling if busy_poll else FastWebSocketProtocol
+    # A class per server: each one's settings, and its poller, belong to that server.
+    settings = {
+        "busy_poll": busy_poll,
+        "write_timeout": write_timeout,
+        "control_rate": control_rate,
+    }
+    return type("FastWebSocketProtocol", (base,), settings)
+
+
+def busy_polling(window: float) -> type[FastWebSocketProtocol]:
+    """The protocol class for a server that busy-polls `window` seconds after each message."""
+    return protocol_class(busy_poll=window)
 
 
 #: Longest busy-poll window accepted, in seconds.

@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from ._fastws import busy_polling
+from ._fastws import DEFAULT_CONTROL_RATE, DEFAULT_WRITE_TIMEOUT, protocol_class
 from ._guard import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
@@ -43,6 +43,8 @@ def uvicorn_config(
     ping_timeout: float | None = 20.0,
     log_level: str = "warning",
     busy_poll: float = 0.0,
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
+    control_rate: float | None = DEFAULT_CONTROL_RATE,
     max_connections: int | None = DEFAULT_MAX_CONNECTIONS,
     max_connections_per_peer: int | None = DEFAULT_MAX_CONNECTIONS_PER_PEER,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
@@ -52,6 +54,9 @@ def uvicorn_config(
 
     `busy_poll`: seconds the event loop keeps polling without sleeping after
     each WebSocket message (0: off); for a server with a core of its own.
+    `write_timeout`: seconds a WebSocket peer may read nothing of what it is
+    sent before its connection is aborted; `control_rate`: pings and pongs a
+    peer may send per second before it is closed with 1008 (None: no limit).
     `max_connections`, `max_connections_per_peer`, `handshake_timeout`: the
     connection limits of :class:`~openenv_ws.server._guard.ConnectionGuard`
     (None: no such limit).
@@ -66,7 +71,9 @@ def uvicorn_config(
         host=host,
         port=port,
         http=guarded(guard),
-        ws=busy_polling(busy_poll),
+        ws=protocol_class(
+            busy_poll=busy_poll, write_timeout=write_timeout, control_rate=control_rate
+        ),
         loop=_loop_name(),
         ws_per_message_deflate=False,
         ws_max_size=max_frame_size,
