@@ -94,6 +94,34 @@ def test_a_worker_that_fails_before_serving_ends_the_server_instead_of_restartin
     assert done.stderr.count("cannot build its app") <= 2  # once per worker at most
 
 
+WORKER_CRASHING_AFTER_START = textwrap.dedent(
+    """
+    import logging, os, sys
+    logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
+    from openenv_ws.server.workers import WorkerBoard, reserve_port, run_workers
+
+    board = WorkerBoard(2)
+
+    def serve(sock, index):
+        board.publish_metrics({})  # it started serving, as an app's startup says
+        if index == 1:
+            os._exit(3)  # then crashes, every time
+        while True:
+            sock.accept()[0].close()
+
+    port = reserve_port("127.0.0.1", 0).getsockname()[1]
+    sys.exit(run_workers(2, serve, host="127.0.0.1", port=port, board=board))
+    """
+)
+
+
+def test_a_worker_that_keeps_crashing_after_it_started_ends_the_server() -> None:
+    done = run(sys.executable, "-c", WORKER_CRASHING_AFTER_START, timeout=60.0)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "worker 1" in done.stderr and "died 5 times within 60 s" in done.stderr, done.stderr
+    assert done.stderr.count("restarting it") == 4, done.stderr  # restarted until then
+
+
 # ---------------------------------------------------------------------------- the port
 
 
