@@ -410,6 +410,10 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
         # lose the close frame telling it why.
         close = self.conn.close_sent
         assert close is not None
+        if not self.conn.eof_sent:
+            # A close sent without failing (uvicorn's 1007 for a text message that is not
+            # UTF-8): fail now, so the parser discards the rest instead of answering pings.
+            self.conn.fail(close.code, close.reason)
         self.queue.put_nowait(
             {"type": "websocket.disconnect", "code": close.code, "reason": close.reason}
         )

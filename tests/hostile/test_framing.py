@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from openenv_ws.protocol import Reset, Result, Step, encode
 from openenv_ws.server._fastws import FastWebSocketProtocol
 from openenv_ws.testing import FakeEnvironment
 
-from ..reliability.rawws import OP_BINARY, OP_CONT, OP_PING, OP_PONG, frame_bytes
+from ..reliability.rawws import OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, frame_bytes
 from ._frames import masked, open_session, reply
 from .conftest import UNIT, HostileServer, Neighbour, RawWS, assert_contained, hostile_server
 
@@ -94,6 +95,21 @@ def test_control_frames_inside_a_fragmented_message_are_allowed(server: HostileS
         result = reply(ws)
         assert isinstance(result, Result) and result.id == 10, result
         assert np.array_equal(result.obs, expected)
+
+
+def test_a_text_message_that_is_not_utf8_is_refused_with_1007_and_the_rest_discarded(
+    server: HostileServer,
+) -> None:
+    """Frames after the refused one, in the same write, get no answer: the close is final."""
+    with server.raw() as ws:
+        ws.send_raw(frame_bytes(OP_TEXT, b"\xff\xfe") + frame_bytes(OP_PING, b"after") * 3)
+        frames = []
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                frames.append(ws.read_frame(10 * UNIT))
+        assert [opcode for opcode, _ in frames] == [OP_CLOSE], frames
+        assert frames[0][1][:2] == (1007).to_bytes(2, "big"), frames
+    server.health()
 
 
 def test_a_large_frame_trickled_in_small_segments_is_served(server: HostileServer) -> None:
