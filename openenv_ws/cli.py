@@ -92,7 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cold_open_queue=args.cold_open_queue,
     )
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    openenv_config = _json_config(args.openenv_config, "--openenv-config")
+    openenv_config = _env_config(args, args.openenv_config, "--openenv-config")
     factory = _load_factory(args.env)
     warm = _warm_configs(args)
     board = WorkerBoard(args.workers) if args.workers > 1 else None
@@ -197,20 +197,27 @@ def _port(text: str) -> int:
     return port
 
 
-def _warm_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The ``--pool-warm`` configs, checked before serving: a config the environment
-    refuses would fail every worker that builds its pool."""
-    warm = [_json_config(text, "--pool-warm") for text in args.pool_warm]
+def _env_config(args: argparse.Namespace, text: str, flag: str) -> dict[str, Any]:
+    """An environment config given on the command line, checked before serving where the
+    environment can check one without building it (Atari): a config it refuses would
+    fail every session, or every worker that builds its warm pool."""
+    config = _json_config(text, flag)
     if args.env == "atari":
         from atari import normalize_config
 
         from .errors import EnvConfigError
 
-        for text, config in zip(args.pool_warm, warm, strict=True):
-            try:
-                normalize_config(config)
-            except EnvConfigError as exc:
-                raise SystemExit(f"--pool-warm {text}: {exc}") from None
+        try:
+            normalize_config(config)
+        except EnvConfigError as exc:
+            raise SystemExit(f"{flag} {text}: {exc}") from None
+    return config
+
+
+def _warm_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ``--pool-warm`` configs, checked (Atari's default: ``{}``)."""
+    warm = [_env_config(args, text, "--pool-warm") for text in args.pool_warm]
+    if args.env == "atari":
         warm = warm or [{}]
     return warm
 

@@ -64,10 +64,12 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], code: int, *wo
 # ---------------------------------------------------------------------------- warm configs
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_warm_config_the_environment_refuses_ends_serve_with_one_line(workers: str) -> None:
-    done = cli("serve", "--port", "0", "--workers", workers, "--pool-warm", '{"game": "pongg"}')
-    assert_one_line_error(done, 1, "--pool-warm", "unknown game 'pongg'", "'pong'")
+@pytest.mark.parametrize(
+    ("flag", "workers"), [("--pool-warm", "1"), ("--pool-warm", "2"), ("--openenv-config", "2")]
+)
+def test_a_config_the_environment_refuses_ends_serve_with_one_line(flag: str, workers: str) -> None:
+    done = cli("serve", "--port", "0", "--workers", workers, flag, '{"game": "pongg"}')
+    assert_one_line_error(done, 1, flag, "unknown game 'pongg'", "'pong'")
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
