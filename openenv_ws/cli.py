@@ -70,15 +70,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     if problem is not None:
         raise SystemExit(problem)
-    problem = share_problem(args.cold_open_share)
-    if problem is not None:
-        raise SystemExit(f"--cold-open-share {problem}")
     for flag, count in (
         ("--max-connections", args.max_connections),
         ("--max-connections-per-peer", args.max_connections_per_peer),
     ):
         if count < 1:
             raise SystemExit(f"{flag} must be at least 1, got {count}")
+    problem = share_problem(args.cold_open_share)
+    if problem is not None:
+        raise SystemExit(f"--cold-open-share {problem}")
     limits = ServerLimits(
         max_sessions=args.max_sessions,
         max_frame_size=args.max_frame_size,
@@ -476,7 +476,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--cold-open-queue",
         type=int,
-        default=64,
+        default=256,
         help="opens that may wait at once for their turn to build; the next gets capacity",
     )
     serve.add_argument(

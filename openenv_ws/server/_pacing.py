@@ -6,7 +6,10 @@ on the event loop or on a thread. One client opening sessions in a loop
 would keep the process building and every other session waiting. So cold
 builds take turns: after a build of ``d`` seconds the next one may start
 ``d * (1 / share - 1)`` seconds later, which keeps builds to at most
-``share`` of the process's time. An open waiting for its turn waits
+``share`` of the process's time, while other sessions are stepping (a
+step served within the last :data:`BUSY_WINDOW` seconds): with nobody
+stepping there is no one to stall, and a client opening many sessions at
+once (a vector client starting) is not slowed. An open waiting for its turn waits
 asynchronously (its connection's task sleeps; other sessions step
 meanwhile), in arrival order; beyond ``max_waiting`` waiting opens the next
 one is refused with ``capacity``, and so is one from a peer address that
@@ -26,7 +29,10 @@ from ..protocol import Open, decode_client_frame
 if TYPE_CHECKING:
     from ._session import CloseRequest, ServerSession
 
-__all__ = ["ColdOpens", "share_problem"]
+__all__ = ["BUSY_WINDOW", "ColdOpens", "share_problem"]
+
+#: Seconds after a step during which cold builds are paced.
+BUSY_WINDOW = 1.0
 
 
 def share_problem(share: float) -> str | None:
@@ -45,9 +51,17 @@ class ColdOpens:
         factory: the sessions' environment factory; a
             :class:`~openenv_ws.server.pool.WarmPool` tells which opens it
             serves warm (``ready``, ``misses``). Without one, every open builds.
+        last_step: the :func:`~time.perf_counter` time of the last step served
+            by any session of the process (None: always paced).
     """
 
-    def __init__(self, share: float, max_waiting: int, factory: Any = None) -> None:
+    def __init__(
+        self,
+        share: float,
+        max_waiting: int,
+        factory: Any = None,
+        last_step: Callable[[], float] | None = None,
+    ) -> None:
         problem = share_problem(share)
         if problem is not None:
             raise ValueError(f"cold-open share {problem}")
@@ -60,6 +74,7 @@ class ColdOpens:
         self._by_peer: dict[str, int] = {}
         self._ready: Callable[[Mapping[str, Any]], int] | None = getattr(factory, "ready", None)
         self._pool = factory if self._ready is not None else None
+        self._last_step = last_step
         self._next = 0.0  # loop time before which no cold build starts
         self._turns: asyncio.Lock | None = None
         self.waiting = 0
@@ -75,7 +90,7 @@ class ColdOpens:
             peer: the address the open comes from (None: not counted per peer).
         """
         loop = asyncio.get_running_loop()
-        if not self.waiting and loop.time() >= self._next:
+        if not self.waiting and (loop.time() >= self._next or not self.busy()):
             return None
         by_peer = self._by_peer
         mine = by_peer.get(peer, 0) if peer is not None else 0
@@ -105,6 +120,11 @@ class ColdOpens:
                 else:
                     del by_peer[peer]
         return None
+
+    def busy(self) -> bool:
+        """Whether other sessions are stepping (a cold build would stall them)."""
+        last_step = self._last_step
+        return last_step is None or perf_counter() - last_step() < BUSY_WINDOW
 
     def done(self, seconds: float) -> None:
         """A cold build took `seconds`: the next one waits its share of rest.

@@ -81,7 +81,7 @@ class ServerLimits:
     http_session_ttl: float | None = 300.0
     step_timeout: float | None = 60.0
     cold_open_share: float = 0.25
-    cold_open_queue: int = 64
+    cold_open_queue: int = 256
     open_timeout: float | None = 60.0
 
 

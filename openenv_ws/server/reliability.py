@@ -159,6 +159,7 @@ class SupervisedSession(ServerSession):
         out = ServerSession.handle(self, data)
         if self.steps != steps:
             self._hist.observe(perf_counter() - start)
+            self._sup.last_step = start
         if self._remember:
             self._last = (data, out)
         return out
@@ -229,8 +230,13 @@ class Supervisor:
         )
         self.draining = False
         self._sweeper: asyncio.Task[None] | None = None
+        #: When a session of this process last stepped (perf_counter); paces cold opens.
+        self.last_step = 0.0
         self.cold_opens = ColdOpens(
-            self.limits.cold_open_share, self.limits.cold_open_queue, env_factory
+            self.limits.cold_open_share,
+            self.limits.cold_open_queue,
+            env_factory,
+            last_step=lambda: self.last_step,
         )
 
     # ------------------------------------------------------------------ one connection

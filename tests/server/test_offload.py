@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -187,3 +188,23 @@ def test_spec_reports_inline_by_default_false() -> None:
     assert FakeEnvironment().inline is True
     assert FakeEnvironment({"step_sleep": 0.01}).inline is False
     assert isinstance(FakeEnvironment().spec, EnvSpec)
+
+
+def test_cold_builds_are_not_paced_while_no_session_steps() -> None:
+    last_step = [0.0]  # perf_counter time of the last step of any session
+    turns = ColdOpens(0.5, 8, last_step=lambda: last_step[0])
+
+    async def main() -> None:
+        turns.done(30.0 * UNIT)  # the next build would wait 30 units if anyone stepped
+        assert await turns.turn() is None  # nobody steps: at once
+        assert turns.paced == 0
+        last_step[0] = time.perf_counter()  # a session just stepped
+        waiter = asyncio.ensure_future(turns.turn())
+        await asyncio.sleep(0)
+        assert not waiter.done() and turns.paced == 1  # now it waits its turn
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert turns.waiting == 0
+
+    asyncio.run(main())
