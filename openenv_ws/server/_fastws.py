@@ -102,6 +102,7 @@ _BINARY_FIN = 0x82
 _RATED = (0x9, 0xA)  # ping, pong
 _U16 = struct.Struct("!BBH")
 _U64 = struct.Struct("!BBQ")
+_DISCARD = 1 << 20  # bytes taken after a close before aborting, without a size limit
 _VIEW_FROM = 4096  # payloads at least this long are unmasked from a view, not a slice
 
 
@@ -199,6 +200,7 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
         self._max_size: int | None = self.config.ws_max_size
         self._tokens = self.control_rate or 0.0
         self._refilled = self.loop.time()
+        self._discarded = 0  # bytes received after this side closed
         self._raw: asyncio.Transport = cast(asyncio.Transport, None)  # set in connection_made
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -250,9 +252,11 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def data_received(self, data: bytes) -> None:
         if not self._framing and not self._take_frames():
-            if not self.conn.eof_sent:  # else closed: what still comes is discarded
+            if not self.conn.eof_sent:
                 # The opening handshake, or the rest of a frame after a violation.
                 super().data_received(data)
+            elif self.handshake_complete:
+                self._discard(len(data))
             return
         buf = self._buf
         if buf:
@@ -356,6 +360,7 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
                 # The connection is closed (a close frame, a violation): the rest is discarded.
                 self._buf = bytearray()
                 self._need = 0
+                self._discard(size - pos)
                 return
         self._need = need
         if buf is self._buf:
@@ -405,9 +410,9 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def handle_parser_exception(self) -> None:
         # As uvicorn's, but the connection is half-closed and what the peer still sends
-        # is read and discarded until it closes too (within close_timeout): closing a
-        # socket with unread input resets the connection, and the peer would likely
-        # lose the close frame telling it why.
+        # is read and discarded until it closes too (within close_timeout, and up to a
+        # frame's worth): closing a socket with unread input resets the connection, and
+        # the peer would likely lose the close frame telling it why.
         close = self.conn.close_sent
         assert close is not None
         if not self.conn.eof_sent:
@@ -422,9 +427,18 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
         if self._raw.can_write_eof():
             self._raw.write_eof()
         self.read_paused = False
-        self._abort_later()
+        if self.close_timer is None:
+            # Set, it also keeps uvicorn from closing the socket when the app returns.
+            self.close_timer = self.loop.call_later(self.close_timeout, self._abort_unfinished)
         if not self._blocked:
             self._raw.resume_reading()
+
+    def _discard(self, size: int) -> None:
+        """Drop what comes after the close; a peer that sends on past a frame's worth is aborted."""
+        self._discarded += size
+        if self._discarded > (self._max_size or _DISCARD) and not self._raw.is_closing():
+            logger.info("%s: went on sending after the close; aborted", self._peer())
+            self.transport.abort()
 
     def _defer(self) -> None:
         """Go on with the buffered frames on the next loop iteration, reading paused meanwhile."""
@@ -505,6 +519,8 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def _abort_unfinished(self) -> None:
         self._doom = None
+        if self.disconnected:
+            return
         logger.info("%s: close not finished in %g s; aborted", self._peer(), self.close_timeout)
         self.transport.abort()
 
