@@ -18,6 +18,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -109,6 +110,34 @@ def test_a_text_message_that_is_not_utf8_is_refused_with_1007_and_the_rest_disca
                 frames.append(ws.read_frame(10 * UNIT))
         assert [opcode for opcode, _ in frames] == [OP_CLOSE], frames
         assert frames[0][1][:2] == (1007).to_bytes(2, "big"), frames
+    server.health()
+
+
+def test_a_frame_begun_before_the_handshake_response_is_refused_with_1002(
+    server: HostileServer,
+) -> None:
+    """Part of a frame sent with the upgrade request (RFC 6455 4.1 says wait): 1002."""
+    frame = masked(encode(Step(id=3, action=0)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET /ws HTTP/1.1\r\nHost: {server.host}:{server.port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+    with socket.create_connection((server.host, server.port), timeout=10 * UNIT) as sock:
+        sock.sendall(request + frame[:3])
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(4096)
+            assert chunk, f"closed during the handshake: {answer!r}"
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 101"), answer
+        sock.sendall(frame[3:])
+        rest = answer.partition(b"\r\n\r\n")[2]
+        while len(rest) < 4:
+            chunk = sock.recv(4096)
+            assert chunk, f"no close frame: {rest!r}"
+            rest += chunk
+    assert rest[0] & 0x0F == OP_CLOSE and rest[2:4] == (1002).to_bytes(2, "big"), rest
     server.health()
 
 
