@@ -40,6 +40,7 @@ import resource
 import time
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = [
@@ -344,6 +345,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._lingering = False
         if self.ws_protocol_class is not None:
             self.ws_protocol_class = self.guard.websocket_class(self.ws_protocol_class)
+        self._tap = _UpgradeAwareParser(self.parser)
+        self.parser = self._tap  # type: ignore[assignment]  # the same methods, delegated
 
     # ------------------------------------------------------------------ transport events
 
@@ -404,6 +407,11 @@ class GuardedProtocol(HttpToolsProtocol):
         if hasattr(upgraded, "guard_owner"):
             upgraded.guard_owner = self
             self._upgraded = upgraded
+        # Bytes that came in the same read as the request's end (a client that did not
+        # wait for the 101) go to the WebSocket protocol as if read next; uvicorn drops them.
+        early = self._tap.take_upgrade_data()
+        if early and upgraded is not self and isinstance(upgraded, asyncio.Protocol):
+            upgraded.data_received(early)
 
     # ------------------------------------------------------------------ deadline, refusal, end
 
@@ -469,3 +477,29 @@ def _address(transport: asyncio.BaseTransport) -> str:
 def guarded(guard: ConnectionGuard) -> type[GuardedProtocol]:
     """An HTTP protocol class for uvicorn (``Config(http=...)``) enforcing `guard`."""
     return type("GuardedProtocol", (GuardedProtocol,), {"guard": guard})
+
+
+class _UpgradeAwareParser:
+    """An httptools request parser that keeps what follows an upgrade request in its read."""
+
+    __slots__ = ("_parser", "_upgrade_data")
+
+    def __init__(self, parser: Any) -> None:
+        self._parser = parser
+        self._upgrade_data = b""
+
+    def feed_data(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            offset = exc.args[0] if exc.args and isinstance(exc.args[0], int) else len(data)
+            self._upgrade_data = bytes(data[offset:])
+            raise
+
+    def take_upgrade_data(self) -> bytes:
+        """What followed the upgrade request in its read (once), or b""."""
+        data, self._upgrade_data = self._upgrade_data, b""
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parser, name)
