@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Any
 
-import numpy as np
-
 from openenv_ws.protocol import Error, Open, Reset, Step, decode_server_frame, encode
 
+from ..reliability.rawws import frame_bytes
 from .conftest import UNIT, RawWS
 
 __all__ = ["masked", "open_session", "reply", "request"]
@@ -18,18 +16,8 @@ OP_BINARY, OP_CLOSE = 2, 8
 
 
 def masked(payload: bytes) -> bytes:
-    """A final, masked binary frame (numpy masks a megabyte at once, RawWS byte by byte)."""
-    n = len(payload)
-    if n < 126:
-        head = bytes((0x82, 0x80 | n))
-    elif n < 1 << 16:
-        head = bytes((0x82, 0x80 | 126)) + struct.pack("!H", n)
-    else:
-        head = bytes((0x82, 0x80 | 127)) + struct.pack("!Q", n)
-    key = os.urandom(4)
-    data = np.frombuffer(payload, np.uint8)
-    mask = np.resize(np.frombuffer(key, np.uint8), n)
-    return head + key + (data ^ mask).tobytes()
+    """A final, masked binary frame carrying `payload`."""
+    return frame_bytes(OP_BINARY, payload)
 
 
 def reply(ws: RawWS, *, timeout: float = 10.0) -> Any:
