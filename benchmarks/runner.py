@@ -39,8 +39,9 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder ({DEFAULT_OUT})")
     p.add_argument(
         "--scenarios",
-        default="all",
-        help=f"comma list of scenarios to run, or 'all' (have: {', '.join(_ordered())})",
+        default="default",
+        help="comma list of scenarios to run, 'default' (the headline comparisons: "
+        f"{', '.join(_defaults())}) or 'all' (--list shows every one)",
     )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--steps", type=int, default=d.steps, help="steps per latency measurement")
@@ -85,6 +86,24 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
         default=d.peer_http_steps,
         help="calls to the peer's HTTP /step",
     )
+    p.add_argument(
+        "--vector-envs",
+        type=int,
+        default=d.vector_envs,
+        help="sessions of the vector and frame-cache scenarios",
+    )
+    p.add_argument(
+        "--hostile-seconds",
+        type=float,
+        default=d.hostile_seconds,
+        help="seconds per phase of the hostile scenarios",
+    )
+    p.add_argument(
+        "--slowloris",
+        type=int,
+        default=d.slowloris,
+        help="connections of the hostile scenario's slowloris phase",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
 
@@ -94,8 +113,15 @@ def _ordered() -> list[str]:
     return known + [n for n in SCENARIOS if n not in known]
 
 
+def _defaults() -> list[str]:
+    return [n for n in _ordered() if SCENARIOS[n].default]
+
+
 def options_from(args: argparse.Namespace) -> Options:
-    chosen = _ordered() if args.scenarios == "all" else split_list(args.scenarios)
+    if args.scenarios in ("all", "default"):
+        chosen = _ordered() if args.scenarios == "all" else _defaults()
+    else:
+        chosen = split_list(args.scenarios)
     unknown = [n for n in chosen if n not in SCENARIOS]
     if unknown:
         raise SystemExit(
@@ -119,6 +145,9 @@ def options_from(args: argparse.Namespace) -> Options:
         memory_sessions=args.memory_sessions,
         peer_steps=args.peer_steps,
         peer_http_steps=args.peer_http_steps,
+        vector_envs=args.vector_envs,
+        hostile_seconds=args.hostile_seconds,
+        slowloris=args.slowloris,
         plots=not args.no_plots,
     )
 
@@ -242,7 +271,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "openenv-ws bench") -> i
         for name in _ordered():
             entry = SCENARIOS[name]
             state = entry.missing() or "ready"
-            print(f"{name:<11} {entry.doc}\n{'':<11} [{state}]")
+            when = "default" if entry.default else "when named"
+            print(f"{name:<13} {entry.doc}\n{'':<13} [{state}; {when}]")
         return 0
     options = options_from(args)
     command = " ".join([prog, *map(shlex.quote, argv)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ __all__ = [
     "Section",
     "has_attr",
     "scenario",
+    "two_cores",
 ]
 
 
@@ -50,6 +52,9 @@ class Options:
     memory_sessions: int = 64
     peer_steps: int = 500
     peer_http_steps: int = 30
+    vector_envs: int = 16
+    hostile_seconds: float = 10.0
+    slowloris: int = 5000
     plots: bool = True
 
 
@@ -107,6 +112,8 @@ class Scenario:
     run: Callable[[Context], Section]
     requires: Callable[[], str | None]
     doc: str
+    #: Part of a plain ``openenv-ws bench`` run; the others run when named (or with ``all``).
+    default: bool = True
 
     def missing(self) -> str | None:
         """None when the scenario can run, else what it waits for."""
@@ -121,15 +128,23 @@ def _always() -> str | None:
 
 
 def scenario(
-    name: str, title: str, *, requires: Callable[[], str | None] = _always
+    name: str,
+    title: str,
+    *,
+    requires: Callable[[], str | None] = _always,
+    default: bool = True,
 ) -> Callable[[Callable[[Context], Section]], Callable[[Context], Section]]:
-    """Register ``run(ctx) -> Section`` under `name` (the ``--scenarios`` key)."""
+    """Register ``run(ctx) -> Section`` under `name` (the ``--scenarios`` key).
+
+    `default`: part of a plain ``openenv-ws bench`` run (the headline
+    comparisons); the others (long or special-purpose) run when named.
+    """
 
     def register(run: Callable[[Context], Section]) -> Callable[[Context], Section]:
         if name in SCENARIOS:
             raise ValueError(f"scenario {name!r} is registered twice")
         doc = (run.__doc__ or title).strip().splitlines()[0]
-        SCENARIOS[name] = Scenario(name, title, run, requires, doc)
+        SCENARIOS[name] = Scenario(name, title, run, requires, doc, default)
         return run
 
     return register
@@ -148,6 +163,13 @@ def has_attr(module: str, attr: str, what: str) -> Callable[[], str | None]:
         return None if found else f"{what} ({module}.{attr}) is not in this build"
 
     return check
+
+
+def two_cores() -> str | None:
+    """A ``requires`` check: the scenario pins a server and a client to two different cores."""
+    if len(os.sched_getaffinity(0)) < 2:
+        return "it needs two usable cores (server on one, client on the other)"
+    return None
 
 
 class Context:

@@ -2,6 +2,34 @@
 
 from __future__ import annotations
 
-from . import http_fallback, latency, peer_openenv, providers, sessions, throughput
+from . import (
+    churn,
+    codec,
+    expand,
+    floor,
+    hostile,
+    http_fallback,
+    latency,
+    peer_openenv,
+    providers,
+    sessions,
+    supervision,
+    throughput,
+    vector,
+)
 
-__all__ = ["http_fallback", "latency", "peer_openenv", "providers", "sessions", "throughput"]
+__all__ = [
+    "churn",
+    "codec",
+    "expand",
+    "floor",
+    "hostile",
+    "http_fallback",
+    "latency",
+    "peer_openenv",
+    "providers",
+    "sessions",
+    "supervision",
+    "throughput",
+    "vector",
+]

@@ -41,6 +41,11 @@ def test_options_parse_lists_and_refuse_unknown_scenarios() -> None:
     assert options.scenarios == ("latency", "memory")
     assert options.sessions == (1, 8)
     assert options.obs_types == ("ram",)
+    default = options_from(build_parser().parse_args([])).scenarios
+    assert default == tuple(n for n in ORDER if n in default)
+    assert set(default) == {name for name, entry in SCENARIOS.items() if entry.default}
+    everything = options_from(build_parser().parse_args(["--scenarios", "all"])).scenarios
+    assert set(everything) == set(SCENARIOS) and set(default) < set(everything)
     with pytest.raises(SystemExit, match="unknown scenario"):
         options_from(build_parser().parse_args(["--scenarios", "latency,warp"]))
 
@@ -117,7 +122,8 @@ def test_cli_lists_scenarios_with_their_state() -> None:
     assert done.returncode == 0, done.stderr
     for name in ORDER:
         assert f"\n{name} " in "\n" + done.stdout
-    assert "[ready]" in done.stdout
+    assert "[ready; default]" in done.stdout
+    assert "[ready; when named]" in done.stdout
 
 
 def test_cli_refuses_unknown_options_of_other_commands() -> None:

@@ -1,36 +1,44 @@
-"""benchmarks/bench_providers.py runs every path for real and reports a number for each."""
+"""The docker and ray scenarios of ``openenv-ws bench`` run their paths for real and report numbers."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import ROOT
 
-
-def test_the_providers_benchmark_measures_every_path(
+def test_the_provider_scenarios_measure_every_path(
     atari_image: str, ray_tmpdir: str, tmp_path: Path
 ) -> None:
-    out = tmp_path / "rows.json"
-    args = ["--steps", "30", "--sessions", "1,2", "--image", atari_image, "--ray-cpus", "2"]
+    cmd = [
+        sys.executable, "-m", "openenv_ws", "bench",
+        "--scenarios", "docker,ray",
+        "--steps", "30",
+        "--obs-types", "ram",
+        "--placement", "any",
+        "--no-plots",
+        "--out", str(tmp_path),
+    ]  # fmt: skip
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_providers.py"),
-            *args,
-            "--json",
-            str(out),
-        ],
+        cmd,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
+        env={**os.environ, "OPENENV_WS_BENCH_IMAGE": atari_image},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(out.read_text())
-    paths = ["in-process", "local server", "Docker port", "Ray actors"]
-    assert [(r["path"], r["sessions"]) for r in rows] == [(p, n) for p in paths for n in (1, 2)]
-    assert all(r["steps_per_s"] > 0 for r in rows), [r.get("note") for r in rows]
-    assert "| Docker port | 2 |" in done.stdout and "| Ray actors | 1 |" in done.stdout
+    sections = {
+        s["name"]: s for s in json.loads((tmp_path / "report.json").read_text())["sections"]
+    }
+    for name, where in (("docker", "Docker port"), ("ray", "Ray actor")):
+        assert sections[name]["status"] == "ok", sections[name]["reason"]
+        rows = {r["path"]: r for r in sections[name]["rows"]}
+        assert set(rows) == {
+            "in-process",
+            "openenv-ws sync, local server",
+            f"openenv-ws sync, {where}",
+        }
+        assert all(r.get("steps_per_s", 0) > 0 for r in rows.values()), rows

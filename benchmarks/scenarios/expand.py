@@ -2,7 +2,7 @@
 
 A session with indexed frames (SPEC section 18) gets a screen's 210x160
 colour codes and expands them itself; in-process, ALE converts them to RGB
-(``getScreenRGB``). On frames of a played Pong episode, in one process,
+(``getScreenRGB``). On frames of a played episode (``--steps``/10 of them, at least 10), in one process,
 this times per frame:
 
 - ``ALE getScreenRGB`` (the reference): ALE's conversion into a new array;
@@ -15,12 +15,10 @@ this times per frame:
 Each row is the median over rounds of the mean per frame, and its ratio to
 the reference.
 
-    python benchmarks/bench_expand.py [--frames 200] [--rounds 7]
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -28,9 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from atari.palettes import palette_of
-from benchmarks.measure import raw_ale
-from openenv_ws import _palette
+from ..measure import raw_ale
+from ..suite import Column, Context, Section, scenario
+
+__all__: list[str] = []
+
+#: Passes over the frames per round (the numpy fallback, far slower, makes one).
+REPEATS = 20
+COLUMNS = [
+    Column("path", "contender"),
+    Column("us", "µs per frame", ".2f"),
+    Column("vs_reference", "vs getScreenRGB", ".2f"),
+]
 
 
 def _per_frame(fn: Callable[[int], Any], frames: int, repeats: int) -> float:
@@ -41,25 +48,28 @@ def _per_frame(fn: Callable[[int], Any], frames: int, repeats: int) -> float:
     return (time.perf_counter() - start) / (frames * repeats) * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--frames", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--repeats", type=int, default=20)
-    args = parser.parse_args()
+@scenario("expand", "Colour expansion vs ALE's RGB conversion", default=False)
+def run(ctx: Context) -> Section:
+    """The client's colour-code expansion (C kernels, numpy) vs ALE's own getScreenRGB."""
+    from atari.palettes import palette_of
+    from openenv_ws import _palette
 
-    ale, rom = raw_ale("pong")
+    game = ctx.options.games[0]
+    frames, rounds = max(10, ctx.options.steps // 10), max(1, ctx.options.rounds)
+    section = Section("expand", "Colour expansion vs ALE's RGB conversion", COLUMNS)
+    ctx.progress.start(section.title, rounds)
+    ale, rom = raw_ale(game)
     ale.loadROM(rom)
     actions = ale.getMinimalActionSet()
     rng = np.random.default_rng(0)
     codes = []
-    for _ in range(args.frames):  # frames along a played episode, one per step of 4
+    for _ in range(frames):  # frames along a played episode, one per step of 4
         for _ in range(4):
             ale.act(actions[int(rng.integers(len(actions)))])
         if ale.game_over():
             ale.reset_game()
         codes.append(ale.getScreen())
-    palette = palette_of("pong")
+    palette = palette_of(game)
     assert palette is not None
     shape = (*codes[0].shape, 3)
 
@@ -84,17 +94,17 @@ def main() -> None:
     contenders["expand, numpy"] = expand_with(_palette._numpy_expand)
 
     times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(args.rounds):
+    for r in range(rounds):
+        ctx.progress.phase(f"round {r + 1}")
         for name, fn in contenders.items():
-            repeats = 1 if name.endswith("numpy") else args.repeats
-            times[name].append(_per_frame(fn, args.frames, repeats))
+            repeats = 1 if name.endswith("numpy") else REPEATS
+            times[name].append(_per_frame(fn, frames, repeats))
     reference = statistics.median(times["ALE getScreenRGB"])
-    print(f"game=pong frames={args.frames} rounds={args.rounds}; µs per 210x160 frame")
-    print(f"{'contender':26} {'µs':>8} {'vs getScreenRGB':>16}")
     for name, samples in times.items():
         us = statistics.median(samples)
-        print(f"{name:26} {us:8.2f} {us / reference:15.2f}x")
-
-
-if __name__ == "__main__":
-    main()
+        section.add(path=name, us=us, vs_reference=us / reference)
+    section.notes.append(
+        f"{game}, {frames} frames of a played episode, median of {rounds} rounds; µs per "
+        f"{codes[0].shape[0]}x{codes[0].shape[1]} frame, into a new array."
+    )
+    return section

@@ -7,10 +7,11 @@ one) stops every other session of that server process for as long. A pool that
 takes back the environments of ended sessions (the default) loads nothing once
 it is full.
 
-Each server runs pinned to core 0; a *steady* session (RGB, the sync client)
-steps on core 1 and each step's latency is recorded, while a *churn* process
-(also on core 1) opens a session, plays an episode of ``--episode`` steps and
-closes it, over and over, for as long as the steady session runs. Servers:
+Each server runs pinned to the split placement's server core; a *steady*
+session (RGB, the sync client) steps on the client core and each step's latency is recorded, while a *churn* process
+(also on the client core) opens a session, plays an episode of ``--episode`` steps and
+closes it, over and over, for as long as the steady session runs (an episode
+is ``--steps``/20 steps, at least 5). Servers:
 
 - ``no pool``: ``--pool-size 0``, a ROM load inside every ``open``;
 - ``pool, no recycling``: ``--no-pool-recycle``, never-used environments only
@@ -24,16 +25,15 @@ The server's full garbage collections in the window (``/metrics``,
 with their mean pause: every session of the process waits for them.
 
 Reference rows, measured in the same run: the steady session on the default
-server with no churn, and in-process ``AtariEnvironment.step`` on core 1.
+server with no churn, and in-process ``AtariEnvironment.step`` on the client core.
 ROM loads are the server's own count: misses plus background builds of the
 pool, or every session opened without one.
 
-    python benchmarks/bench_churn.py --steps 6000 --episode 100
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import multiprocessing
 import os
 import time
@@ -45,12 +45,15 @@ from typing import Any
 import numpy as np
 
 from atari import AtariEnvironment
-from benchmarks.measure import n_actions, pin_process, time_steps
-from benchmarks.servers import pool_args, wait_pool_full
 from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
 
-SERVER_CORE, CLIENT_CORE = 0, 1
+from ..measure import Placement, n_actions, time_steps
+from ..servers import our_server, pool_args, wait_pool_full
+from ..suite import Column, Context, Section, scenario, two_cores
+
+__all__ = ["SERVERS"]
+
 STALL_MS = 20.0
 #: name -> (warm pool size, other ``serve`` options)
 SERVERS: dict[str, tuple[int, list[str]]] = {
@@ -69,7 +72,10 @@ def churn(
     count: Synchronized,  # type: ignore[type-arg]
 ) -> None:
     """Open, play `episode` steps, close; until `stop` is set. Runs in its own process."""
-    os.sched_setaffinity(0, {CLIENT_CORE})
+    with contextlib.suppress(ValueError):
+        client = Placement.named("split").client
+        if client is not None:
+            os.sched_setaffinity(0, client)
     rng = np.random.default_rng(1)
     while not stop.is_set():
         env: EnvClient[Any] = EnvClient(url, config=config)
@@ -127,28 +133,50 @@ def rom_loads(health: dict[str, Any]) -> int:
     return int(pool["misses"]) + int(pool["built"])
 
 
+COLUMNS = [
+    Column("path", "steady session"),
+    Column("p50_ms", "p50 ms", ".2f"),
+    Column("p99_ms", "p99 ms", ".2f"),
+    Column("max_ms", "max ms", ".1f"),
+    Column("stalls", f"steps > {STALL_MS:g} ms"),
+    Column("p99_vs_quiet", "p99 / quiet", ".2f"),
+    Column("sessions_per_s", "sessions/s", ".1f"),
+    Column("rom_loads", "ROM loads"),
+    Column("loads_per_100", "loads per 100 sessions", ".0f"),
+    Column("full_gcs", "full GCs"),
+    Column("gc_ms", "mean full GC ms", ".1f"),
+]
+
+
 def run_server(
-    name: str, args: argparse.Namespace, config: dict[str, Any], *, with_churn: bool
+    placement: Placement,
+    name: str,
+    config: dict[str, Any],
+    steps: int,
+    episode: int,
+    seed: int,
+    *,
+    with_churn: bool,
 ) -> dict[str, Any]:
+    """The steady session's step times on server `name`, with or without churn next to it."""
     ctx = multiprocessing.get_context("spawn")
     size, extra = SERVERS[name]
-    flags = ["--no-web", *pool_args(size, {"game": args.game}), *extra]
-    with LocalServerProvider(args=flags) as server:
+    flags = ["--no-web", *pool_args(size, {"game": config["game"]}), *extra]
+    with our_server(placement, flags) as server:
         env: EnvClient[Any] = EnvClient(server.url, config=config)
         with env:
-            assert server.pid is not None
-            pin_process(server.pid, {SERVER_CORE})
             if size:
                 wait_pool_full(server)  # refilled after the steady session took its environment
             before, gc_before = server.health() or {}, full_collections(server)
             stop, count = ctx.Event(), ctx.Value("i", 0)
-            worker = ctx.Process(target=churn, args=(server.url, config, args.episode, stop, count))
+            worker = ctx.Process(target=churn, args=(server.url, config, episode, stop, count))
             if with_churn:
                 worker.start()
                 while count.value < 1 and worker.is_alive():  # the churn has started
                     time.sleep(0.01)
             start = time.perf_counter()
-            ms = steady(env, args.steps, args.seed)
+            with placement.client_side():
+                ms = steady(env, steps, seed)
             elapsed = time.perf_counter() - start
             if with_churn:
                 stop.set()
@@ -165,54 +193,59 @@ def run_server(
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6000, help="steps of the steady session")
-    parser.add_argument("--episode", type=int, default=100, help="steps per churned session")
-    parser.add_argument("--game", default="pong")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    config = {"game": args.game, "obs_type": "rgb"}
-    os.sched_setaffinity(0, {CLIENT_CORE})
-
+@scenario(
+    "churn",
+    "Churn: sessions coming and going next to one that steps",
+    requires=two_cores,
+    default=False,
+)
+def run(ctx: Context) -> Section:
+    """One session per episode next to a steady session: its stalls, ROM loads, full GCs."""
+    opts = ctx.options
+    section = Section("churn", "Churn: sessions coming and going next to one that steps", COLUMNS)
+    placement = Placement.named("split")
+    config = {"game": opts.games[0], "obs_type": "rgb"}
+    steps, episode = opts.steps, max(5, opts.steps // 20)
+    ctx.progress.start(section.title, 2 + len(SERVERS))
     rows: dict[str, dict[str, Any]] = {}
-    rows["in-process step (reference)"] = {
-        "ms": inprocess(config, args.steps, args.seed),
-        "sessions": 0,
-        "seconds": 0.0,
-        "loads": 0,
-        "gcs": 0,
-        "gc_seconds": 0.0,
-    }
+    ctx.progress.phase("in-process")
+    with placement.client_side():
+        rows["in-process step (reference)"] = {
+            "ms": inprocess(config, steps, opts.seed),
+            "sessions": 0,
+            "seconds": 0.0,
+            "loads": 0,
+            "gcs": 0,
+            "gc_seconds": 0.0,
+        }
+    ctx.progress.phase("pool, recycling, no churn")
     rows["pool, recycling, no churn (reference)"] = run_server(
-        "pool, recycling", args, config, with_churn=False
+        placement, "pool, recycling", config, steps, episode, opts.seed, with_churn=False
     )
     for name in SERVERS:
-        rows[f"{name}, churn"] = run_server(name, args, config, with_churn=True)
-
-    quiet = rows["pool, recycling, no churn (reference)"]["ms"]
-    print(
-        f"game={args.game} obs=rgb steady steps={args.steps} churned episodes of "
-        f"{args.episode} steps; server on core {SERVER_CORE}, clients on core {CLIENT_CORE}"
-    )
-    header = (
-        f"{'steady session':<40} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
-        f"{'>' + format(STALL_MS, 'g') + ' ms':>7} {'p99/quiet':>9} {'sessions/s':>10} "
-        f"{'ROM loads':>9} {'per 100':>7} {'full GCs':>8} {'GC ms':>6}"
-    )
-    print(header)
+        ctx.progress.phase(f"{name}, churn")
+        rows[f"{name}, churn"] = run_server(
+            placement, name, config, steps, episode, opts.seed, with_churn=True
+        )
+    quiet = float(np.percentile(rows["pool, recycling, no churn (reference)"]["ms"], 99))
     for label, row in rows.items():
         ms = row["ms"]
-        rate = row["sessions"] / row["seconds"] if row["seconds"] else 0.0
-        per100 = 100 * row["loads"] / row["sessions"] if row["sessions"] else 0.0
-        gc_ms = 1e3 * row["gc_seconds"] / row["gcs"] if row["gcs"] else 0.0
-        print(
-            f"{label:<40} {np.percentile(ms, 50):7.2f} {np.percentile(ms, 99):7.2f} "
-            f"{ms.max():7.1f} {int((ms > STALL_MS).sum()):7d} "
-            f"{np.percentile(ms, 99) / np.percentile(quiet, 99):9.2f} {rate:10.1f} "
-            f"{row['loads']:9d} {per100:7.0f} {row['gcs']:8.0f} {gc_ms:6.1f}"
+        p50, p99 = np.percentile(ms, [50, 99])
+        section.add(
+            path=label,
+            p50_ms=float(p50),
+            p99_ms=float(p99),
+            max_ms=float(ms.max()),
+            stalls=int((ms > STALL_MS).sum()),
+            p99_vs_quiet=float(p99) / quiet,
+            sessions_per_s=row["sessions"] / row["seconds"] if row["seconds"] else 0.0,
+            rom_loads=int(row["loads"]),
+            loads_per_100=100 * row["loads"] / row["sessions"] if row["sessions"] else 0.0,
+            full_gcs=int(row["gcs"]),
+            gc_ms=1e3 * row["gc_seconds"] / row["gcs"] if row["gcs"] else 0.0,
         )
-
-
-if __name__ == "__main__":
-    main()
+    section.notes.append(
+        f"{config['game']} rgb, {steps} steady steps, churned episodes of {episode} steps; "
+        f"{placement.describe()}, the churn process on the client's core."
+    )
+    return section

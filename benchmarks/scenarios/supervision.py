@@ -6,44 +6,44 @@ FakeEnvironment session, two ways in the same run:
 
 - ``plain``: the loop the server had before supervision: receive, handle on
   a bare :class:`ServerSession`, send;
-- ``supervised``: :meth:`Supervisor.serve` with a :class:`SupervisedSession`
+- ``supervised``: the server's connection loop (:mod:`openenv_ws.server.connection`)
+  with a :class:`Supervisor` and its :class:`SupervisedSession`
   (reply cache for resume, step latency histogram, error counts, idle and
   drain bookkeeping).
 
 It also times one histogram observation, ours against ``prometheus_client``'s.
-Prints the median per-step CPU time of each over the rounds (alternating)
-and the difference.
+Each row is the median per-step CPU time over the rounds (alternating), with
+its ratio to the plain loop. The loop's internals are imported when the
+scenario runs: a server without them leaves it pending, not the suite broken.
 
-    python benchmarks/bench_supervision.py [--steps 20000] [--rounds 9]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
-import sys
 import time
 from collections.abc import Callable, MutableMapping
-from pathlib import Path
 from typing import Any
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ..suite import Column, Context, Section, has_attr, scenario
 
-from prometheus_client import CollectorRegistry, Histogram
+__all__: list[str] = []
 
-from openenv_ws.protocol import ClientFrame, Open, Reset, Step, encode
-from openenv_ws.server import ServerLimits, ServerSession, SessionRegistry
-from openenv_ws.server.metrics import STEP_BUCKETS, LatencyHistogram
-from openenv_ws.server.reliability import Link, SupervisedSession, Supervisor
-from openenv_ws.testing import fake_factory
+COLUMNS = [
+    Column("path", "what"),
+    Column("ns", "CPU ns", ",.0f"),
+    Column("vs_reference", "vs reference", ".3f"),
+    Column("extra_ns", "extra ns", "+,.0f"),
+]
 
 Message = MutableMapping[str, Any]
 CONFIG = {"episode_length": 10**9, "obs_shape": [4, 4]}
 
 
 def messages(steps: int) -> list[Message]:
+    from openenv_ws.protocol import ClientFrame, Open, Reset, Step, encode
+
     frames: list[ClientFrame] = [Open(id=1, config=CONFIG), Reset(id=2, seed=0)]
     frames += [Step(id=3 + i, action=i % 4) for i in range(steps)]
     out: list[Message] = [{"type": "websocket.receive", "bytes": encode(f)} for f in frames]
@@ -64,6 +64,9 @@ def io(stream: list[Message]) -> tuple[Callable[[], Any], Callable[[Message], An
 
 
 async def plain(stream: list[Message]) -> None:
+    from openenv_ws.server import ServerSession
+    from openenv_ws.testing import fake_factory
+
     receive, send = io(stream)
     session = ServerSession(fake_factory, max_frame_size=1 << 20)
     handle = session.handle
@@ -79,13 +82,14 @@ async def plain(stream: list[Message]) -> None:
 
 
 async def supervised(stream: list[Message]) -> None:
+    from openenv_ws.server import ServerLimits, SessionRegistry
+    from openenv_ws.server.connection import run as serve_connection
+    from openenv_ws.server.supervisor import Supervisor
+    from openenv_ws.testing import fake_factory
+
     receive, send = io(stream)
     supervisor = Supervisor(fake_factory, SessionRegistry(ServerLimits()))
-    link = Link(asyncio.current_task(), authenticated=True, now=0.0)
-    link.session = SupervisedSession(supervisor, link)
-    supervisor.links.add(link)
-    dropped = await supervisor.serve(link, receive, send)
-    supervisor.disconnect(link, dropped=dropped)
+    await serve_connection(supervisor, {"type": "websocket"}, receive, send)
     await supervisor.close()
 
 
@@ -105,36 +109,54 @@ def observe_ns(observe: Callable[[float], None], n: int) -> float:
     return (time.process_time() - start) / n * 1e9
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20000, help="steps per round")
-    parser.add_argument("--rounds", type=int, default=9, help="rounds (alternating)")
-    args = parser.parse_args(argv)
+@scenario(
+    "supervision",
+    "Supervision: the server loop's per-step cost",
+    requires=has_attr("openenv_ws.server.connection", "run", "the server's connection loop"),
+    default=False,
+)
+def run(ctx: Context) -> Section:
+    """The server's supervised message loop vs a bare ServerSession loop, no sockets."""
+    from prometheus_client import CollectorRegistry, Histogram
 
+    from openenv_ws.server.metrics import STEP_BUCKETS, LatencyHistogram
+
+    opts = ctx.options
+    steps, rounds = opts.steps, max(1, opts.rounds)
+    section = Section("supervision", "Supervision: the server loop's per-step cost", COLUMNS)
+    ctx.progress.start(section.title, rounds + 1)
     samples: dict[str, list[float]] = {"plain": [], "supervised": []}
-    for _ in range(args.rounds):
-        samples["plain"].append(per_step_ns(plain, args.steps))
-        samples["supervised"].append(per_step_ns(supervised, args.steps))
+    for r in range(rounds):
+        ctx.progress.phase(f"round {r + 1}")
+        samples["plain"].append(per_step_ns(plain, steps))
+        samples["supervised"].append(per_step_ns(supervised, steps))
     ref = statistics.median(samples["plain"])
     ours = statistics.median(samples["supervised"])
-
+    ctx.progress.phase("histograms")
     registry = CollectorRegistry()
     prom = Histogram("x_seconds", "x", registry=registry, buckets=STEP_BUCKETS)
     hist = LatencyHistogram()
-    n = args.steps * 5
-    prom_ns = statistics.median(observe_ns(prom.observe, n) for _ in range(args.rounds))
-    hist_ns = statistics.median(observe_ns(hist.observe, n) for _ in range(args.rounds))
-
-    print(
-        f"server message loop, FakeEnvironment step (4x4 obs), {args.steps} steps x {args.rounds} rounds"
+    n = steps * 5
+    prom_ns = statistics.median(observe_ns(prom.observe, n) for _ in range(rounds))
+    hist_ns = statistics.median(observe_ns(hist.observe, n) for _ in range(rounds))
+    section.add(path="step: plain loop + ServerSession (reference)", ns=ref, vs_reference=1.0)
+    section.add(
+        path="step: the server's connection loop (Supervisor, SupervisedSession)",
+        ns=ours,
+        vs_reference=ours / ref,
+        extra_ns=ours - ref,
     )
-    print(f"  plain loop + ServerSession        {ref:8.0f} ns/step")
-    print(f"  Supervisor.serve + Supervised     {ours:8.0f} ns/step")
-    print(f"  supervision cost                  {ours - ref:+8.0f} ns/step ({ours / ref:.3f}x)")
-    print("one step-latency observation")
-    print(f"  prometheus_client Histogram       {prom_ns:8.0f} ns")
-    print(f"  LatencyHistogram (ours)           {hist_ns:8.0f} ns ({hist_ns / prom_ns:.2f}x)")
-
-
-if __name__ == "__main__":
-    main()
+    section.add(
+        path="observation: prometheus_client Histogram (reference)", ns=prom_ns, vs_reference=1.0
+    )
+    section.add(
+        path="observation: LatencyHistogram (ours)",
+        ns=hist_ns,
+        vs_reference=hist_ns / prom_ns,
+        extra_ns=hist_ns - prom_ns,
+    )
+    section.notes.append(
+        f"FakeEnvironment steps (4x4 observations), {steps} steps x {rounds} rounds, "
+        "median CPU time of this process per step."
+    )
+    return section

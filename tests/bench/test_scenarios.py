@@ -1,0 +1,161 @@
+"""A tiny run of each scenario that is not part of a plain ``openenv-ws bench`` run.
+
+Each runs alone through ``python -m benchmarks --scenarios NAME`` with the
+smallest sizes that still exercise every contender. No timing assertions:
+the scenario must run (not fail, not stay pending on this build) and its
+table must hold every expected row with positive numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.suite import SCENARIOS
+
+
+def bench(tmp_path: Path, name: str, *args: str) -> dict[str, Any]:
+    """Run scenario `name` alone; its section of report.json."""
+    cmd = [
+        sys.executable, "-m", "benchmarks",
+        "--scenarios", name,
+        "--no-plots",
+        "--out", str(tmp_path),
+        "--rounds", "1",
+        *args,
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    report = json.loads((tmp_path / "report.json").read_text())
+    (section,) = report["sections"]
+    assert section["name"] == name
+    assert section["status"] == "ok", f"{name}: {section['status']}: {section['reason']}"
+    keys = {c["key"] for c in section["columns"]}
+    for row in section["rows"]:
+        assert set(row) <= keys, f"{name}: row keys {set(row) - keys} have no column"
+    return dict(section)
+
+
+def rows_by(section: dict[str, Any], key: str = "path") -> dict[str, dict[str, Any]]:
+    return {row[key]: row for row in section["rows"]}
+
+
+def positive(row: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        value = row.get(key)
+        assert isinstance(value, int | float) and value > 0, f"{key}={value!r} in {row}"
+
+
+def needs_two_cores() -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.fail("these scenarios pin a server and a client to two different cores")
+
+
+def test_every_scenario_outside_the_default_run_has_a_smoke_test() -> None:
+    tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
+    extra = {name for name, entry in SCENARIOS.items() if not entry.default}
+    assert extra <= tested, f"no smoke test for {sorted(extra - tested)}"
+
+
+def test_vector(tmp_path: Path) -> None:
+    needs_two_cores()
+    section = bench(tmp_path, "vector", "--vector-envs", "3", "--steps", "60", "--obs-types", "rgb")
+    rows = rows_by(section)
+    assert set(rows) == {
+        "in-process, 1 env",
+        "in-process, 3 envs round-robin",
+        "openenv-ws, 3 sessions send/recv",
+        "openenv-ws, same, RGB frames",
+    }
+    for row in rows.values():
+        positive(row, "steps_per_s", "vs_inprocess", "cpu_us", "cpu_vs_inprocess")
+    positive(rows["openenv-ws, 3 sessions send/recv"], "batch")
+
+
+@pytest.mark.slow
+def test_churn(tmp_path: Path) -> None:
+    needs_two_cores()
+    rows = rows_by(bench(tmp_path, "churn", "--steps", "100"))
+    assert list(rows) == [
+        "in-process step (reference)",
+        "pool, recycling, no churn (reference)",
+        "no pool, churn",
+        "pool, no recycling, churn",
+        "pool, recycling, churn",
+        "pool, recycling, no gc freeze, churn",
+    ]
+    for row in rows.values():
+        positive(row, "p50_ms", "p99_ms", "max_ms", "p99_vs_quiet")
+    # ROM loads are counts, not timings: without a pool every churned session loads one.
+    no_pool = rows["no pool, churn"]
+    positive(no_pool, "sessions_per_s", "rom_loads")
+    assert no_pool["loads_per_100"] >= 100 * (no_pool["rom_loads"] - 1) / no_pool["rom_loads"]
+
+
+def test_supervision(tmp_path: Path) -> None:
+    rows = bench(tmp_path, "supervision", "--steps", "200")["rows"]
+    assert len(rows) == 4
+    for row in rows:
+        positive(row, "ns", "vs_reference")
+
+
+def test_codec(tmp_path: Path) -> None:
+    rows = rows_by(bench(tmp_path, "codec", "--steps", "150"))
+    assert set(rows) == {"encode", "decode"}
+    for row in rows.values():
+        positive(row, "ours_us", "reference_us", "vs_reference")
+
+
+def test_expand(tmp_path: Path) -> None:
+    from openenv_ws import _palette
+
+    rows = rows_by(bench(tmp_path, "expand", "--steps", "100"))
+    names = {"ALE getScreenRGB", "ALE getScreen", "expand, numpy"}
+    if _palette.NATIVE:
+        from openenv_ws._expand import KERNEL
+
+        names |= {f"expand, {KERNEL}", "expand, portable"}
+    assert set(rows) == names
+    for row in rows.values():
+        positive(row, "us", "vs_reference")
+
+
+def test_floor(tmp_path: Path) -> None:
+    needs_two_cores()
+    rows = bench(tmp_path, "floor", "--steps", "100")["rows"]
+    got = {(row["placement"], row["path"]) for row in rows}
+    assert got == {
+        (placement, contender)
+        for placement in ("shared", "split", "split, polling")
+        for contender in ("bare TCP", "openenv-ws, zero-cost env")
+    }
+    for row in rows:
+        positive(row, "p50_us", "mean_us", "vs_bare")
+
+
+@pytest.mark.slow
+def test_hostile(tmp_path: Path) -> None:
+    section = bench(tmp_path, "hostile", "--hostile-seconds", "1", "--slowloris", "50")
+    rows = rows_by(section, "label")
+    assert list(rows) == [
+        "baseline (no attack)",
+        "pong flood, 4 MiB writes",
+        "ping flood, 1 conn, reads",
+        "cold opens, 1 raw client",
+        "slowloris, 50 conns",
+        "ping flood, 10 conns, never read",
+        "after (no attack)",
+    ]
+    positive(rows["baseline (no attack)"], "steps", "p50_ms", "p99_ms", "rss_mb")
+    assert rows["baseline (no attack)"]["errors"] == 0, section["notes"]
+    for row in rows.values():
+        positive(row, "seconds", "peak_mb")  # a stalled neighbour may take no step in a phase
+    notes = "\n".join(section["notes"])
+    for said in ("MiB sent (", " opens (", "held ", "/health answered ", "server RSS "):
+        assert said in notes, f"{said!r} not in:\n{notes}"
