@@ -1,0 +1,71 @@
+"""Pytest plugin (``-p tests.native.sanitized``): the C extensions of a scratch build.
+
+``.ci/lib/sanitize.sh`` builds ``openenv_ws._wire`` and ``openenv_ws._expand``
+with AddressSanitizer and UndefinedBehaviorSanitizer into the folder named by
+``OPENENV_WS_NATIVE_BUILD`` and runs pytest with this plugin, which is loaded
+before any conftest (the root one imports the package): from then on both
+modules are imported from that folder, not from the source tree. The run
+fails if either module came from elsewhere, or if it holds no test of
+tests/native/.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BUILD_VARIABLE = "OPENENV_WS_NATIVE_BUILD"
+MODULES = ("openenv_ws._wire", "openenv_ws._expand")
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def build_folder() -> Path | None:
+    """The scratch build this run tests, or None in an ordinary run."""
+    folder = os.environ.get(BUILD_VARIABLE)
+    return Path(folder) if folder else None
+
+
+class ScratchBuild(importlib.abc.MetaPathFinder):
+    """Finds the extension modules in the scratch build before the package's own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MODULES:
+            return None
+        location = self.folder / (fullname.rpartition(".")[2] + SUFFIX)
+        if not location.exists():
+            raise ImportError(f"{location} is missing: the sanitized build did not make it")
+        return importlib.util.spec_from_file_location(fullname, location)
+
+
+def _install() -> None:
+    # At import, not in pytest_configure: conftests (which import the package)
+    # are loaded between the two.
+    folder = build_folder()
+    if folder is None:
+        raise pytest.UsageError(f"-p tests.native.sanitized needs {BUILD_VARIABLE} (sanitize.sh)")
+    loaded = [name for name in MODULES if name in sys.modules]
+    if loaded:
+        raise pytest.UsageError(f"{loaded} were imported before the sanitized build could be")
+    sys.meta_path.insert(0, ScratchBuild(folder))
+
+
+_install()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    if not any(here in Path(item.path).parents for item in items):
+        raise pytest.UsageError("the sanitized run collected no test of tests/native/")

@@ -1,0 +1,284 @@
+"""Mutation fuzz of every C reader against the Python reference.
+
+Each reader gets valid frames and mutants of them (see :mod:`.mutate`): its
+answer must be the Python reader's, or a clean decline (None, FALLBACK, a
+Python exception), never a crash. An ordinary run tries a few hundred
+mutants per reader against the regular build; ``.ci/lib/sanitize.sh`` runs
+the same tests for longer against a build with AddressSanitizer and
+UndefinedBehaviorSanitizer, which turn any read out of bounds or undefined
+behaviour into a failed run. Inputs that the readers read from a buffer are
+handed over in buffers of exactly their size (numpy arrays), so that a read
+past the end leaves the allocation.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import struct
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from openenv_ws import protocol
+from openenv_ws._arrays import DTYPE_CODES
+from openenv_ws._shm import SharedArray
+from openenv_ws.errors import ProtocolError
+from openenv_ws.protocol import Result, decode_server_frame, encode_result
+
+from ..reliability.rawws import frame_bytes
+from .mutate import fuzz
+
+wire: Any = protocol.native_wire
+pytestmark = pytest.mark.skipif(wire is None, reason="openenv_ws._wire is not built here")
+
+
+def test_the_c_readers_are_built_in_ci() -> None:
+    if os.environ.get("CI") or os.environ.get("OPENENV_WS_NATIVE_BUILD"):
+        assert wire is not None, "openenv_ws._wire was not built; is gcc missing?"
+
+
+def exact(data: bytes) -> np.ndarray[Any, Any]:
+    """`data` in an allocation of its own and of its size, unlike bytes' trailing NUL."""
+    return np.frombuffer(data, np.uint8).copy()
+
+
+# ---------------------------------------------------------------------------- step requests
+
+STEPS = [
+    protocol.encode_step(rid, action, obs)
+    for rid in (0, 127, 128, 255, 256, 65535, 65536, protocol.MAX_ID)
+    for action in (0, 5, 127, 128, -1, 300)
+    for obs in (True, False)
+]
+
+
+def test_the_step_reader_takes_what_python_takes_and_nothing_else() -> None:
+    def check(data: bytes, _: random.Random) -> None:
+        assert wire.parse_step(data) == protocol.parse_step(data)
+
+    fuzz("parse_step", STEPS, check)
+
+
+# ---------------------------------------------------------------------------- results
+
+INFOS: list[dict[str, Any]] = [
+    {},
+    {"lives": 3, "frame": 1 << 40, "neg": -(2**63), "big": 2**64 - 1, "small": -5},
+    {"ok": True, "no": False, "none": None, "x": 0.25, "name": "pong", "long": "é" * 300},
+    {f"k{i}": i for i in range(40)},
+]
+OBSERVATIONS: list[Any] = [
+    None,
+    np.arange(7, dtype=np.uint8),
+    np.zeros((3, 4), np.int16),
+    np.arange(300, dtype=np.uint8),
+    SharedArray(4096, DTYPE_CODES["uint8"], (210, 160, 3)),
+]
+RESULTS = [
+    encode_result(rid, obs, reward, rid & 1 == 1, rid & 2 == 2, rid & 3 == 3, info)
+    for rid, (obs, reward, info) in enumerate(
+        (obs, reward, info)
+        for obs in OBSERVATIONS
+        for reward in (0.0, -1.5, float("inf"))
+        for info in INFOS
+    )
+]
+
+
+def python_result(payload: bytes) -> tuple[Any, ...] | None:
+    """What the Python decoder makes of a result payload, in the C reader's tuple."""
+    exts: list[tuple[int, bytes]] = []
+
+    def keep(code: int, data: bytes) -> Any:
+        exts.append((code, data))
+        return None
+
+    try:
+        frame = decode_server_frame(payload, ext_hook=keep)
+    except ProtocolError:
+        return None
+    if not isinstance(frame, Result):
+        return None
+    code, data = exts[0] if exts else (0, None)
+    flags = (frame.terminated, frame.truncated, frame.done)
+    return (wire.OK, frame.id, code, data, frame.reward, *flags, frame.info)
+
+
+def same_result(got: tuple[Any, ...], payload: bytes) -> None:
+    """The C reader's tuple is the Python decoder's, value and type (NaN in the info too)."""
+    want = python_result(payload)
+    assert want is not None, "the C reader took a result that the Python decoder refuses"
+    assert repr(got) == repr(want)
+    assert [type(v) for v in got[8].values()] == [type(v) for v in want[8].values()]
+
+
+def test_the_result_reader_reads_as_python_does_or_declines() -> None:
+    def check(data: bytes, _: random.Random) -> None:
+        got = wire.parse_result(exact(data))
+        if got is not None:
+            same_result(got, data)
+
+    fuzz("parse_result", RESULTS, check)
+    for payload in RESULTS:  # the seeds themselves are all taken
+        assert wire.parse_result(payload) is not None
+
+
+# ---------------------------------------------------------------------------- the exchange
+
+MAX_REQUEST = 4096  # what the C exchange sends itself; longer requests are the caller's
+
+
+def server_frames() -> list[bytes]:
+    results = [frame_bytes(2, payload, mask=False) for payload in RESULTS[::5]]
+    big = encode_result(9, np.zeros(70_000, np.uint8), 1.0, False, False, False, {})
+    return [
+        *results,
+        frame_bytes(2, big, mask=False),  # a 64-bit length
+        frame_bytes(2, RESULTS[0], mask=False, length=len(RESULTS[0]) + 1000),
+        frame_bytes(2, RESULTS[1], mask=True),  # servers must not mask
+        frame_bytes(2, RESULTS[2], fin=False, mask=False) + frame_bytes(0, b"", mask=False),
+        frame_bytes(1, b"text", mask=False),
+        frame_bytes(9, b"ping", mask=False) + results[0],
+        frame_bytes(8, struct.pack("!H", 1000), mask=False),
+        frame_bytes(2, RESULTS[3], rsv=4, mask=False),
+        results[1] + results[2],
+    ]
+
+
+def first_frame(stream: bytes) -> tuple[int, int, bytes] | None:
+    """(first byte, header length, payload) of the frame `stream` starts with, if it is whole."""
+    if len(stream) < 2:
+        return None
+    n, head = stream[1] & 0x7F, 2
+    if n >= 126:
+        head += 2 if n == 126 else 8
+        if len(stream) < head:
+            return None
+        n = int.from_bytes(stream[2:head], "big")
+    if len(stream) < head + n:
+        return None
+    return stream[0], head, stream[head : head + n]
+
+
+def unmask(frame: bytes) -> tuple[int, bytes]:
+    """(first byte, payload) of one whole masked client frame."""
+    n, head = frame[1] & 0x7F, 2
+    assert frame[1] & 0x80, "a client frame must be masked"
+    if n >= 126:
+        head += 2 if n == 126 else 8
+        n = int.from_bytes(frame[2:head], "big")
+    key = np.resize(np.frombuffer(frame[head : head + 4], np.uint8), n)
+    payload = np.frombuffer(frame[head + 4 :], np.uint8)
+    assert len(payload) == n
+    return frame[0], (payload ^ key).tobytes()
+
+
+def drain(sock: socket.socket) -> bytes:
+    out = b""
+    while True:
+        try:
+            got = sock.recv(1 << 16, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return out
+        if not got:
+            return out
+        out += got
+
+
+def exchange_once(stream: bytes, rng: random.Random) -> None:
+    """One exchange over a socket pair: part of `stream` already buffered, the rest to read.
+
+    The buffer's size and offsets and the request are random. The answer is
+    the result the stream starts with, as Python reads it; or FALLBACK with
+    every byte read kept in the buffer after the ones that were there.
+    """
+    size = rng.choice((2, 16, 300, 4096, 1 << 17))
+    start = rng.randint(0, size // 2)
+    buffered = stream[: rng.randint(0, min(len(stream), size - start))]
+    buf = bytearray(rng.randbytes(size))
+    buf[start : start + len(buffered)] = buffered
+    ws = SimpleNamespace(_buf=buf, _start=start, _end=start + len(buffered))
+    request = (
+        None if rng.random() < 0.3 else rng.randbytes(rng.choice((0, 5, 125, 126, 4096, 4097)))
+    )
+    ours, peer = socket.socketpair()
+    with ours, peer:
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 30, 0))
+        peer.sendall(stream[len(buffered) :])
+        peer.shutdown(socket.SHUT_WR)
+        spin = rng.choice((0.0, 0.0002))
+        ws._start, ws._end, out = wire.exchange(
+            buf, start, start + len(buffered), ours.fileno(), request, spin, 1 << 20
+        )
+        sent = drain(peer)
+    assert start <= ws._start <= ws._end <= size and ws._buf is buf
+    if request is not None and len(request) > MAX_REQUEST:  # left to the caller, unsent
+        assert (out, sent, ws._start, ws._end) == (
+            (wire.FALLBACK,),
+            b"",
+            start,
+            start + len(buffered),
+        )
+        return
+    if request is not None:
+        assert unmask(sent) == (0x82, request)
+    else:
+        assert sent == b""
+    frame = first_frame(stream)
+    if out[0] == wire.OK:
+        assert frame is not None and frame[0] == 0x82 and stream[1] & 0x80 == 0
+        assert ws._start == start + frame[1] + len(frame[2])
+        same_result(out, frame[2])
+    else:
+        assert out == (wire.FALLBACK,)
+        assert ws._start == start
+        assert bytes(buf[start : ws._end]) == stream[: ws._end - start]
+        if frame is not None and frame[0] == 0x82 and stream[1] & 0x80 == 0:
+            assert wire.parse_result(frame[2]) is None or size - start < len(stream)
+
+
+def test_the_exchange_reads_frames_as_python_does_or_leaves_them() -> None:
+    fuzz("exchange", server_frames(), exchange_once, max_size=1 << 17)
+
+
+# ---------------------------------------------------------------------------- masking
+
+
+def test_client_frames_unmask_to_any_payload() -> None:
+    def check(data: bytes, rng: random.Random) -> None:
+        opcode = rng.randrange(16)
+        assert unmask(wire.mask_frame(opcode, exact(data))) == (0x80 | opcode, data)
+
+    seeds = [bytes(n) for n in (0, 1, 125, 126, 127, 65535, 65536)]
+    fuzz("mask_frame", seeds, check)
+
+
+# ---------------------------------------------------------------------------- palette expansion
+
+
+def test_palette_expansion_writes_the_reference_bytes_or_refuses() -> None:
+    expand_module = pytest.importorskip("openenv_ws._expand")
+
+    def check(data: bytes, rng: random.Random) -> None:
+        palette = exact(rng.randbytes(768))
+        indices = exact(data)
+        out = np.empty(3 * len(data), np.uint8)
+        expand_module.expand(indices, palette, out, rng.random() < 0.5)
+        assert out.tobytes() == palette.reshape(256, 3)[indices].tobytes()
+        wrong = [
+            (indices, palette[:767], out),
+            (indices, palette, out[:-1] if len(out) else np.empty(1, np.uint8)),
+            (indices, palette, np.empty(3 * len(data) + 3, np.uint8)),
+            (np.empty(2 * len(data) + 2, np.uint8)[::2], palette, out[: 3 * (len(data) + 1)]),
+            (indices, palette, bytes(len(out))),
+        ]
+        for args in wrong:
+            with pytest.raises((ValueError, TypeError, BufferError)):
+                expand_module.expand(*args)
+
+    seeds = [bytes(range(256)), bytes(n % 256 for n in range(1000)), b"", b"\xff" * 63]
+    fuzz("expand", seeds, check)
