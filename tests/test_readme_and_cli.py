@@ -75,3 +75,23 @@ def test_serve_subprocess_starts_and_stops_cleanly() -> None:
 def test_serve_rejects_an_unknown_env() -> None:
     done = run_cli("serve", "--env", "nosuchmodule:factory", "--port", "0", timeout=60)
     assert done.returncode != 0 and "cannot be loaded" in done.stderr
+
+
+def test_readme_command_lines_use_options_that_exist() -> None:
+    """Every ``openenv-ws serve|bench --flag`` the README shows is in that command's --help."""
+    text = (ROOT / "README.md").read_text()
+    shown: dict[str, set[str]] = {"serve": set(), "bench": set()}
+    for command, rest in re.findall(
+        r"openenv-ws (serve|bench)((?: +--?[\w-]+(?: +[^\s`-][^\s`]*)?)*)", text
+    ):
+        shown[command] |= set(re.findall(r"--[\w-]+", rest))
+    table = text[text.index("## Serving: the important flags") :]
+    table = table[: table.index("\n\n", table.index("| flag |"))]
+    shown["serve"] |= set(re.findall(r"`(--[\w-]+)`", table))
+    assert {"--port", "--workers", "--token", "--busy-poll"} <= shown["serve"]
+    assert "--out" in shown["bench"]
+    for command, flags in shown.items():
+        done = run_cli(command, "--help")
+        assert done.returncode == 0, done.stderr
+        missing = sorted(f for f in flags if f not in done.stdout)
+        assert not missing, f"openenv-ws {command} has no {missing}"
