@@ -29,7 +29,7 @@ def _numpy_expand(indices: Any, palette: bytes, out: Any) -> None:
 #: expand(indices, palette, out): write the colour of each index of `indices` into
 #: `out` (shape ``indices.shape + (3,)``); both C-contiguous uint8, `palette`
 #: :data:`PALETTE_BYTES` bytes. The C loop (with AVX-512 byte permutes where
-#: the CPU has them: ~5 us a frame against ~10; benchmarks/bench_expand.py),
+#: the CPU has them: ~5 us a frame against ~10; openenv-ws bench --scenarios expand),
 #: or numpy (~75 us) where the package was installed without a C compiler.
 expand: Callable[[Any, bytes, Any], None]
 try:

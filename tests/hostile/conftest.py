@@ -11,7 +11,7 @@ answers, and the server's memory stayed bounded.
 No assertion here is about speed: waits are liveness bounds scaled from
 ``UNIT`` ("a step completes within 10 units"), never latency targets. The
 figures (p99 under a flood, RSS during a 60 s ping flood) come from
-``benchmarks/bench_hostile.py``.
+the ``hostile`` scenario of ``openenv-ws bench``.
 """
 
 from __future__ import annotations

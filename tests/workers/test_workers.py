@@ -80,7 +80,7 @@ def test_a_worker_that_dies_is_replaced(two_workers: LocalServerProvider) -> Non
 
 
 def test_a_hundred_atari_sessions_on_two_workers() -> None:
-    """The small version of benchmarks/bench_scale.py: every session opens and steps."""
+    """Many sessions on two workers: every session opens and steps."""
     n = 100
     with LocalServerProvider(
         args=["--workers", "2", "--no-web", "--pool-size", "0"], startup_timeout=60 * UNIT
