@@ -16,6 +16,7 @@ from . import (
     supervision,
     throughput,
     vector,
+    wrapper,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "supervision",
     "throughput",
     "vector",
+    "wrapper",
 ]

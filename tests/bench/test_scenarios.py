@@ -159,3 +159,18 @@ def test_hostile(tmp_path: Path) -> None:
     notes = "\n".join(section["notes"])
     for said in ("MiB sent (", " opens (", "held ", "/health answered ", "server RSS "):
         assert said in notes, f"{said!r} not in:\n{notes}"
+
+
+def test_wrapper(tmp_path: Path) -> None:
+    args = ("--steps", "200", "--obs-types", "rgb")
+    rows = {(r["what"], r["path"]): r for r in bench(tmp_path, "wrapper", *args)["rows"]}
+    steps = {"raw act x4", "raw act x4 + obs", "env.step(obs=False)", "env.step", "server session"}
+    idle = {"raw loop (idle)", "env.step (idle)", "env.step(obs=False) (idle)"}
+    resets = {"seeded, restore", "seeded, reload ROM", "unseeded"}
+    assert {("step, CPU µs", name) for name in steps} <= set(rows)
+    assert {("idle step, CPU ns", name) for name in idle} <= set(rows)
+    assert {("reset, ms", name) for name in resets} <= set(rows)
+    for row in rows.values():
+        positive(row, "value", "vs_reference")
+    for name in resets:
+        positive(rows[("reset, ms", name)], "stall_ms")

@@ -12,44 +12,62 @@ emulation work is identical and the difference is the wrapper's own cost:
   the server adds to ``env.step`` per step before any I/O.
 - ``gymnasium``: ale-py's own ``ALE/<Game>-v5`` env, when gymnasium is installed.
 
-Rounds alternate between contenders; the report gives each one's median CPU
+Rounds alternate between contenders; the table gives each one's median CPU
 time per step over the rounds and its overhead over the matching raw loop.
 
 Emulation varies by several microseconds between rounds, more than the
-wrapper costs, so a second table isolates the wrapper: once the frame limit
+wrapper costs, so *idle* rows isolate the wrapper: once the frame limit
 is reached ALE's ``act`` returns without emulating, and the same loops then
 measure only the Python around it (RAM observation, which costs ~0.3 us).
 
-A third table times resets: a seeded one as AtariEnvironment does it (restore
+Reset rows time resets: a seeded one as AtariEnvironment does it (restore
 the state a ROM load leaves), the same with the ROM reloaded (ale-py's way,
 and this environment's fallback), gymnasium's ``reset(seed=...)``, and an
 unseeded reset. Each holds the GIL throughout, so a thread that wakes every
 millisecond (as another session's step would) measures the stall it causes:
 the longest gap between its wake-ups while the resets run.
 
-Usage::
-
-    python benchmarks/bench_ale_inprocess.py [--game pong] [--obs-type rgb]
-        [--steps 2000] [--rounds 7] [--resets 10] [--only steps|resets]
+Sizes: ``--steps`` agent steps and ``--rounds`` rounds per contender, 50x
+``--steps`` idle steps, ``--steps``/200 resets (at least 2) per contender and
+round. The runtime's internals it drives (the environment's emulator, its
+restore state, a server session with a shared region) are imported when the
+scenario runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import ale_py
 import numpy as np
 
-from atari import AtariEnvironment, atari_factory
-from benchmarks.measure import n_actions, raw_ale
-from openenv_ws._shm import ClientRegion, ServerRegion, shared_memory_supported
-from openenv_ws.protocol import Open, Reset, SessionState, encode, encode_step
-from openenv_ws.server import ServerSession
+from ..measure import n_actions, raw_ale
+from ..suite import Column, Context, Section, scenario
+
+__all__: list[str] = []
+
+COLUMNS = [
+    Column("what", "what"),
+    Column("path", "contender"),
+    Column("value", "median", ".2f"),
+    Column("vs_reference", "vs reference", ".3f"),
+    Column("overhead", "overhead", "+.2f"),
+    Column("reference", "reference"),
+    Column("stall_ms", "longest 1 ms-ticker gap, ms", ".2f"),
+]
+#: Each contender's reference: the raw loop doing the same work.
+REFERENCE = {
+    "raw act x4": "raw act x4",
+    "raw act x4 + obs": "raw act x4",
+    "env.step(obs=False)": "raw act x4",
+    "env.step": "raw act x4 + obs",
+    "server session": "env.step",
+    "gymnasium ALE v5": "raw act x4 + obs",
+}
+
 
 #: (prepare, run): ``prepare`` seeds a fresh episode untimed; ``run`` plays the actions.
 Runner = tuple[Callable[[], None], Callable[[list[int]], None]]
@@ -95,7 +113,7 @@ def _raw(game: str, obs_type: str, ale_seed: int, *, full: bool) -> Runner:
     return prepare, run
 
 
-def _ours(env: AtariEnvironment, seed: int, *, obs: bool) -> Runner:
+def _ours(env: Any, seed: int, *, obs: bool) -> Runner:
     step = env.step
 
     def run(indices: list[int]) -> None:
@@ -115,12 +133,17 @@ def _session(config: dict[str, Any], seed: int, indices: list[int]) -> Runner:
     Frames go into a shared region as for a client on the same host. The
     requests are encoded beforehand (that is the client's work).
     """
+    from atari import atari_factory
+    from openenv_ws._shm import ClientRegion, ServerRegion, shared_memory_supported
+    from openenv_ws.protocol import Open, Reset, SessionState, Step, encode
+    from openenv_ws.server import ServerSession
+
     session = ServerSession(atari_factory, max_frame_size=1 << 20)
     session.handle(encode(Open(id=1, config=config)))
     region = ClientRegion() if shared_memory_supported() else None
     if region is not None:
         session.use_shared(ServerRegion.attach(region.offer()))
-    requests = [encode_step(rid, i) for rid, i in enumerate(indices, start=3)]
+    requests = [encode(Step(id=rid, action=i)) for rid, i in enumerate(indices, start=3)]
     reset = encode(Reset(id=2))
     handle = session.handle
 
@@ -142,6 +165,8 @@ def _gym_env(game: str, obs_type: str) -> Any:
         import gymnasium
     except ImportError:
         return None
+    import ale_py
+
     gymnasium.register_envs(ale_py)
     return gymnasium.make("ALE/" + game.title().replace("_", "") + "-v5", obs_type=obs_type)
 
@@ -165,6 +190,8 @@ def _gym(game: str, obs_type: str, seed: int) -> Runner | None:
 
 def _idle_overhead(game: str, calls: int, rounds: int) -> dict[str, float]:
     """Median ns per step with the emulator idle (episode over at its first frame)."""
+    from atari import AtariEnvironment
+
     env = AtariEnvironment({"game": game, "obs_type": "ram", "max_num_frames_per_episode": 1})
     env.reset(seed=0)
     env.step(0)
@@ -230,8 +257,10 @@ class _Ticker(threading.Thread):
         return max(self.gaps) * 1e3
 
 
-def _reset_costs(game: str, obs_type: str, resets: int, rounds: int) -> None:
-    """Print median ms per reset and the longest stall of a 1 ms ticker thread."""
+def _reset_costs(game: str, obs_type: str, resets: int, rounds: int, section: Section) -> None:
+    """Rows of median ms per reset and the longest stall of a 1 ms ticker thread."""
+    from atari import AtariEnvironment
+
     config = {"game": game, "obs_type": obs_type}
     restoring, reloading = AtariEnvironment(config), AtariEnvironment(config)
     reloading._post_load = None  # the fallback path: load the ROM as ale-py does
@@ -263,55 +292,47 @@ def _reset_costs(game: str, obs_type: str, resets: int, rounds: int) -> None:
             stalls[name].append(ticker.stop())
     restoring.close()
     reloading.close()
-    print(
-        f"\nresets: game={game} obs_type={obs_type} {resets} resets x {rounds} rounds; "
-        f"ticker alone: longest gap {statistics.median(idle):.2f} ms (median of rounds)"
-    )
     base = statistics.median(times["seeded, reload ROM"])
-    print(f"{'reset':<24}{'median ms':>10}{'vs reload':>11}{'longest ticker gap ms':>23}")
     for name in contenders:
         value = statistics.median(times[name])
-        print(
-            f"{name:<24}{value:>10.2f}{value / base:>11.3f}{statistics.median(stalls[name]):>23.2f}"
+        section.add(
+            what="reset, ms",
+            path=name,
+            value=value,
+            reference="seeded, reload ROM",
+            vs_reference=value / base,
+            overhead=value - base,
+            stall_ms=statistics.median(stalls[name]),
         )
+    section.notes.append(
+        f"resets: {resets} per contender x {rounds} rounds; a 1 ms ticker thread alone: "
+        f"longest gap {statistics.median(idle):.2f} ms (median of rounds)."
+    )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--game", default="pong")
-    parser.add_argument("--obs-type", default="rgb", choices=("rgb", "grayscale", "ram"))
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--resets", type=int, default=10, help="resets per contender and round")
-    parser.add_argument("--only", choices=("steps", "resets"))
-    args = parser.parse_args()
-    if args.only != "steps":
-        _reset_costs(args.game, args.obs_type, args.resets, args.rounds)
-    if args.only == "resets":
-        return
+def _steps(game: str, obs_type: str, steps: int, rounds: int, section: Section) -> None:
+    from atari import AtariEnvironment
 
     seed = 2024
-    env = AtariEnvironment({"game": args.game, "obs_type": args.obs_type})
+    env = AtariEnvironment({"game": game, "obs_type": obs_type})
     ale_seed = env.reset(seed=seed).info["seeds"][1]
     n = n_actions(env.spec.action)
-    indices = np.random.default_rng(0).integers(n, size=args.steps).tolist()
-
+    indices = np.random.default_rng(0).integers(n, size=steps).tolist()
     contenders: dict[str, Runner] = {
-        "raw act x4": _raw(args.game, args.obs_type, ale_seed, full=False),
-        "raw act x4 + obs": _raw(args.game, args.obs_type, ale_seed, full=True),
+        "raw act x4": _raw(game, obs_type, ale_seed, full=False),
+        "raw act x4 + obs": _raw(game, obs_type, ale_seed, full=True),
         "env.step(obs=False)": _ours(env, seed, obs=False),
         "env.step": _ours(env, seed, obs=True),
-        "server session": _session({"game": args.game, "obs_type": args.obs_type}, seed, indices),
+        "server session": _session({"game": game, "obs_type": obs_type}, seed, indices),
     }
-    gym_runner = _gym(args.game, args.obs_type, seed)
+    gym_runner = _gym(game, obs_type, seed)
     if gym_runner is not None:
         contenders["gymnasium ALE v5"] = gym_runner
-
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for prepare, run in contenders.values():  # warm-up
         prepare()
         run(indices[:50])
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for name, (prepare, run) in contenders.items():
             prepare()
             # CPU time of this process: other load on the machine does not count.
@@ -319,33 +340,46 @@ def main() -> None:
             run(indices)
             times[name].append((time.process_time() - start) / len(indices) * 1e6)
     env.close()
-
     median = {name: statistics.median(t) for name, t in times.items()}
-    reference = {
-        "raw act x4": "raw act x4",
-        "raw act x4 + obs": "raw act x4",
-        "env.step(obs=False)": "raw act x4",
-        "env.step": "raw act x4 + obs",
-        "server session": "env.step",
-        "gymnasium ALE v5": "raw act x4 + obs",
-    }
-    print(
-        f"game={args.game} obs_type={args.obs_type} steps={args.steps} rounds={args.rounds} "
-        f"(frameskip 4, sticky 0.25; median CPU us per agent step)"
-    )
-    print(f"{'contender':<22}{'us/step':>10}{'vs ref':>9}{'overhead us':>13}  reference")
     for name, value in median.items():
-        ref = reference[name]
-        print(
-            f"{name:<22}{value:>10.1f}{value / median[ref]:>9.3f}"
-            f"{value - median[ref]:>13.2f}  {ref}"
+        ref = REFERENCE[name]
+        section.add(
+            what="step, CPU µs",
+            path=name,
+            value=value,
+            reference=ref,
+            vs_reference=value / median[ref],
+            overhead=value - median[ref],
         )
-    idle = _idle_overhead(args.game, 100_000, args.rounds)
+
+
+@scenario("wrapper", "The environment wrapper's own cost, in-process", default=False)
+def run(ctx: Context) -> Section:
+    """AtariEnvironment and a server session without sockets vs a bare ALE loop; resets."""
+    opts = ctx.options
+    game, obs_type = opts.games[0], opts.obs_types[0]
+    rounds = max(1, opts.rounds)
+    section = Section("wrapper", "The environment wrapper's own cost, in-process", COLUMNS)
+    ctx.progress.start(section.title, 3)
+    ctx.progress.phase("steps")
+    _steps(game, obs_type, opts.steps, rounds, section)
+    ctx.progress.phase("idle steps")
+    idle = _idle_overhead(game, 50 * opts.steps, rounds)
     base = idle["raw loop (idle)"]
-    print("\nwrapper alone (emulator idle, RAM obs; median CPU ns per step)")
     for name, value in idle.items():
-        print(f"{name:<28}{value:>8.0f} ns  overhead {value - base:>6.0f} ns")
-
-
-if __name__ == "__main__":
-    main()
+        section.add(
+            what="idle step, CPU ns",
+            path=name,
+            value=value,
+            reference="raw loop (idle)",
+            vs_reference=value / base,
+            overhead=value - base,
+        )
+    ctx.progress.phase("resets")
+    _reset_costs(game, obs_type, max(2, opts.steps // 200), rounds, section)
+    section.notes.append(
+        f"{game} {obs_type}, frameskip 4, sticky 0.25; {opts.steps} steps x {rounds} rounds, "
+        "median CPU time of this process per agent step; idle steps: RAM observation, "
+        "emulator at its frame limit."
+    )
+    return section
