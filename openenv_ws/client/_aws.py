@@ -14,25 +14,23 @@ import asyncio
 import collections
 import ssl
 from collections.abc import Mapping
-from typing import NoReturn, cast
+from typing import cast
 
 from ..errors import ProtocolError, ServerUnavailable, SessionClosed
-from ._ws import (
-    _OP_BINARY,
-    _OP_CLOSE,
-    _OP_CONT,
-    _OP_PING,
-    _OP_PONG,
-    _OP_TEXT,
-    ConnectionFacts,
-    Violation,
-    assemble,
-    check_handshake_answer,
+from ..wire.framing import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_PING,
+    OP_PONG,
+    Assembler,
+    Frame,
+    FrameError,
+    FrameReader,
     close_payload,
-    endpoint,
-    frame_bytes,
-    handshake_request,
+    parse_close,
+    serialize,
 )
+from ._ws import ConnectionFacts, check_handshake_answer, endpoint, handshake_request
 
 __all__ = ["AsyncWebSocket"]
 
@@ -51,11 +49,12 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         ConnectionFacts.__init__(self, url, max_size)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray()
+        self._buf = bytearray()  # the handshake answer, until it is complete
+        self._reader = FrameReader(masked=False, max_size=max_size)
+        self._assembler = Assembler(max_size)
         self._head: asyncio.Future[str] | None = self._loop.create_future()
         self._messages: collections.deque[bytes] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
-        self._fragments: bytearray | None = None
         self._error: ProtocolError | None = None
         self._writable: asyncio.Future[None] | None = None
         self._gone: asyncio.Future[None] = self._loop.create_future()
@@ -110,17 +109,21 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         self._transport = cast(asyncio.Transport, transport)  # TCP_NODELAY is set by the loop
 
     def data_received(self, data: bytes) -> None:
-        self._buf += data
         head = self._head
-        if head is None:
-            self._parse()
-        elif not head.done():  # else: frames after the answer wait until it is checked
-            end = self._buf.find(b"\r\n\r\n")
-            if end >= 0:
-                head.set_result(bytes(self._buf[:end]).decode("latin-1"))
-                del self._buf[: end + 4]
-            elif len(self._buf) > _MAX_HEAD:
-                head.set_exception(ProtocolError("the handshake answer headers exceed 64 KiB"))
+        if head is None or head.done():  # else: frames after the answer wait until it is checked
+            self._reader.feed(data)
+            if head is None:
+                self._parse()
+            return
+        buf = self._buf
+        buf += data
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            head.set_result(bytes(buf[:end]).decode("latin-1"))
+            self._reader.feed(buf[end + 4 :])
+            self._buf = bytearray()
+        elif len(buf) > _MAX_HEAD:
+            head.set_exception(ProtocolError("the handshake answer headers exceed 64 KiB"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head is not None and not self._head.done():
@@ -146,82 +149,43 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
     # ------------------------------------------------------------------ frames in
 
     def _parse(self) -> None:
-        buf = self._buf
-        start = 0
+        reader = self._reader
         try:
             while not self.closed:
-                size = len(buf) - start
-                if size < 2:
+                frame = reader.next_frame()
+                if frame is None:
                     break
-                b0, b1 = buf[start], buf[start + 1]
-                if b1 & 0x80 or b0 & 0x70:
-                    self._fail(1002, "the server sent a masked frame or used reserved bits")
-                length = b1 & 0x7F
-                head = 2
-                if length == 126:
-                    if size < 4:
-                        break
-                    length = int.from_bytes(buf[start + 2 : start + 4], "big")
-                    head = 4
-                elif length == 127:
-                    if size < 10:
-                        break
-                    length = int.from_bytes(buf[start + 2 : start + 10], "big")
-                    head = 10
-                if length > self.max_size:
-                    self._fail(
-                        1009,
-                        f"message of {length} bytes is above the client's limit of {self.max_size}",
-                    )
-                end = start + head + length
-                if len(buf) < end:
-                    break
-                payload = bytes(buf[start + head : end])
-                start = end
-                self._frame(b0, payload)
-        except ProtocolError as exc:
-            self._error = exc
-            self._gone_with(self.close_code, str(exc))
+                self._frame(frame)
+        except FrameError as exc:
+            self._fail(exc.code, exc.reason)
         finally:
-            del buf[:start]
             self._wake()
 
-    def _frame(self, b0: int, payload: bytes) -> None:
-        opcode = b0 & 0x0F
-        fin = b0 & 0x80
-        if opcode == _OP_BINARY and fin and self._fragments is None:
-            self._messages.append(payload)
-        elif opcode in (_OP_BINARY, _OP_TEXT, _OP_CONT):
-            self._assemble(opcode, fin, payload)
-        elif opcode == _OP_PING:
-            self._write(frame_bytes(_OP_PONG, payload))
-        elif opcode == _OP_CLOSE:
-            code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
-            reason = payload[2:].decode("utf-8", "replace")
-            self._write(frame_bytes(_OP_CLOSE, payload[:2]))
+    def _frame(self, frame: Frame) -> None:
+        opcode = frame.opcode
+        if opcode < OP_CLOSE:
+            if opcode == OP_BINARY and frame.fin and not self._assembler.active:
+                self._messages.append(frame.payload)
+                return
+            whole = self._assembler.add(opcode, frame.fin, frame.payload)
+            if whole is not None:
+                self._messages.append(whole[1])
+        elif opcode == OP_PING:
+            self._write(serialize(OP_PONG, frame.payload, mask=True))
+        elif opcode == OP_CLOSE:
+            code, reason = parse_close(frame.payload)
+            self._write(serialize(OP_CLOSE, frame.payload[:2], mask=True))
             self._gone_with(code, reason)
             if self._transport is not None:
                 self._transport.close()
-        elif opcode != _OP_PONG:
-            self._fail(1002, f"the server sent a frame with unknown opcode {opcode}")
 
-    def _assemble(self, opcode: int, fin: int, payload: bytes) -> None:
-        try:
-            self._fragments, message = assemble(
-                self._fragments, opcode, fin, payload, self.max_size
-            )
-        except Violation as exc:
-            self._fail(exc.code, exc.reason)
-        if message is not None:
-            self._messages.append(bytes(message))
-
-    def _fail(self, code: int, reason: str) -> NoReturn:
+    def _fail(self, code: int, reason: str) -> None:
         """Close with `code` for a violation by the server; the waiting request gets it."""
-        self.close_code = code
-        self._write(frame_bytes(_OP_CLOSE, close_payload(code, reason[:120])))
+        self._write(serialize(OP_CLOSE, close_payload(code, reason), mask=True))
         if self._transport is not None:
             self._transport.close()
-        raise ProtocolError(reason)
+        self._error = ProtocolError(reason)
+        self._gone_with(code, reason)
 
     def _gone_with(self, code: int | None, reason: str) -> None:
         if not self.closed:
@@ -250,11 +214,11 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
             self._waiter = self._loop.create_future()
             await self._waiter
 
-    async def send(self, data: bytes, *, opcode: int = _OP_BINARY) -> None:
+    async def send(self, data: bytes, *, opcode: int = OP_BINARY) -> None:
         """Send one message (a single masked frame)."""
         if self.closed:
             raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
-        self._write(frame_bytes(opcode, data))
+        self._write(serialize(opcode, data, mask=True))
         if self._writable is not None:
             await asyncio.shield(self._writable)
 
@@ -267,7 +231,7 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         """Send a close frame, wait briefly for the server to end the connection. Idempotent."""
         if not self.closed:
             self._gone_with(code, reason)
-            self._write(frame_bytes(_OP_CLOSE, close_payload(code, reason)))
+            self._write(serialize(OP_CLOSE, close_payload(code, reason), mask=True))
         transport = self._transport
         if transport is not None and not self._gone.done():
             try:

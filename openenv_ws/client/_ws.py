@@ -24,18 +24,23 @@ from urllib.parse import SplitResult, urlsplit
 
 from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
 from ..protocol import native_wire
+from ..wire.framing import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_PING,
+    OP_PONG,
+    Assembler,
+    FrameError,
+    close_payload,
+    parse_close,
+    parse_head,
+    serialize,
+)
 from ._idle import CallGuard
-
-_c_apply_mask: Callable[[bytes, bytes], bytes] | None
-try:
-    from websockets.speedups import apply_mask as _c_apply_mask
-except ImportError:  # pragma: no cover - websockets is built without its C extension
-    _c_apply_mask = None
 
 __all__ = ["NOT_READY", "BlockingWebSocket", "normalize_url"]
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-_OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
 _INITIAL_BUFFER = 1 << 18
 _MAX_NATIVE_REQUEST = 4096  # requests the C exchange sends (a step is ~30 bytes)
 T = TypeVar("T")
@@ -47,14 +52,6 @@ class _NotReady(Exception):
 
 #: What :meth:`BlockingWebSocket.recv_nowait` returns when no whole message is available.
 NOT_READY: Any = type("_NotReadyType", (), {"__repr__": lambda self: "NOT_READY"})()
-
-
-def _apply_mask(data: bytes, mask: bytes) -> bytes:
-    if _c_apply_mask is not None:
-        return bytes(_c_apply_mask(data, mask))
-    n = len(data)
-    key = int.from_bytes((mask * (n // 4 + 1))[:n], "little")
-    return (int.from_bytes(data, "little") ^ key).to_bytes(n, "little")
 
 
 def normalize_url(url: str, path: str = "/ws") -> str:
@@ -72,14 +69,6 @@ def normalize_url(url: str, path: str = "/ws") -> str:
     p = parts.path if parts.path not in ("", "/") else path
     query = f"?{parts.query}" if parts.query else ""
     return f"{scheme}://{parts.netloc}{p}{query}"
-
-
-def _frame_header(opcode: int, length: int, mask: bytes) -> bytes:
-    if length < 126:
-        return struct.pack("!BB", 0x80 | opcode, 0x80 | length) + mask
-    if length < 1 << 16:
-        return struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, length) + mask
-    return struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length) + mask
 
 
 def handshake_request(netloc: str, target: str, headers: Mapping[str, str]) -> tuple[bytes, str]:
@@ -136,52 +125,6 @@ def check_handshake_answer(head: str, key: str, url: str) -> dict[str, str]:
     if fields.get("sec-websocket-extensions"):
         raise ProtocolError("the server enabled a WebSocket extension that was not offered")
     return fields
-
-
-def close_payload(code: int, reason: str) -> bytes:
-    """A close frame's payload: the code and up to 123 bytes of reason."""
-    return struct.pack("!H", code) + reason.encode()[:123]
-
-
-def frame_bytes(opcode: int, data: bytes) -> bytes:
-    """One final client frame (masked with a fresh random key) carrying `data`."""
-    if native_wire is not None:
-        frame: bytes = native_wire.mask_frame(opcode, data)
-        return frame
-    mask = os.urandom(4)
-    return _frame_header(opcode, len(data), mask) + _apply_mask(data, mask)
-
-
-class Violation(Exception):
-    """A frame from the server that breaks RFC 6455: the close code and why."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
-def assemble(
-    fragments: bytearray | None, opcode: int, fin: int, payload: bytes | memoryview, max_size: int
-) -> tuple[bytearray | None, bytearray | None]:
-    """Add a data frame to a fragmented message: (fragments to keep, whole message or None).
-
-    Raises:
-        Violation: a new message inside a fragmented one, a continuation of
-            nothing, or a message above `max_size` bytes.
-    """
-    if opcode != _OP_CONT:
-        if fragments is not None:
-            raise Violation(1002, "the server started a new message inside a fragmented one")
-        fragments = bytearray()
-    elif fragments is None:
-        raise Violation(1002, "the server sent a continuation frame with no message to continue")
-    fragments += payload
-    if len(fragments) > max_size:
-        raise Violation(1009, f"fragmented message above the client's limit of {max_size} bytes")
-    if not fin:
-        return fragments, None
-    return None, fragments
 
 
 class ConnectionFacts:
@@ -254,7 +197,7 @@ class BlockingWebSocket(ConnectionFacts):
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
-        self._fragments: bytearray | None = None
+        self._assembler = Assembler(max_size)
         self._nowait = False
         try:
             self._handshake(
@@ -315,11 +258,11 @@ class BlockingWebSocket(ConnectionFacts):
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
-    def send(self, data: bytes, *, opcode: int = _OP_BINARY) -> None:
+    def send(self, data: bytes, *, opcode: int = OP_BINARY) -> None:
         """Send one message (a single masked frame)."""
         if self.closed:
             raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
-        frame = frame_bytes(opcode, data)
+        frame = serialize(opcode, data, mask=True)
         try:
             if self._timeout == 0.0:
                 # Non-blocking since recv_nowait: write what fits, wait for the rest.
@@ -347,7 +290,7 @@ class BlockingWebSocket(ConnectionFacts):
             or self._secure
             or self.closed
             or self._unclaimed
-            or self._fragments is not None
+            or self._assembler.active
             or timeout == 0.0
             or (request is not None and len(request) > _MAX_NATIVE_REQUEST)
         ):
@@ -355,12 +298,21 @@ class BlockingWebSocket(ConnectionFacts):
                 self.send(request)
             return None
         self._set_timeout(timeout)
-        out: tuple[Any, ...] = native_wire.exchange(
-            self, self._sock.fileno(), request, self.busy_poll, self.max_size
+        out: tuple[Any, ...]
+        self._start, self._end, out = native_wire.exchange(
+            self._buf,
+            self._start,
+            self._end,
+            self._sock.fileno(),
+            request,
+            self.busy_poll,
+            self.max_size,
         )
         status = out[0]
         if status == native_wire.OK:
             return out
+        if status == native_wire.RAISED:
+            raise out[1]
         if status == native_wire.TIMEOUT:
             raise self._timed_out()
         if status == native_wire.SEND_FAILED:
@@ -442,46 +394,31 @@ class BlockingWebSocket(ConnectionFacts):
 
     def _next_message(self, handler: Callable[[memoryview], T]) -> T:
         while True:
-            self._fill(2)
-            b0, b1 = self._buf[self._start], self._buf[self._start + 1]
-            if b1 & 0x80 or b0 & 0x70:
-                self._fail(1002, "the server sent a masked frame or used reserved bits")
-            length = b1 & 0x7F
-            head = 2
-            if length == 126:
-                self._fill(4)
-                length = int.from_bytes(self._buf[self._start + 2 : self._start + 4], "big")
-                head = 4
-            elif length == 127:
-                self._fill(10)
-                length = int.from_bytes(self._buf[self._start + 2 : self._start + 10], "big")
-                head = 10
-            if length > self.max_size:
-                self._fail(
-                    1009,
-                    f"message of {length} bytes is above the client's limit of {self.max_size}",
-                )
-            self._fill(head + length)
-            begin = self._start + head
-            payload = self._view[begin : begin + length]
-            opcode = b0 & 0x0F
-            fin = b0 & 0x80
             try:
-                if opcode == _OP_BINARY and fin and self._fragments is None:
+                head = parse_head(self._buf, self._start, self._end, False, self.max_size)
+            except FrameError as exc:
+                self._fail(exc.code, exc.reason)
+            if head is None or head[2] > self._end:
+                # Read on (the offsets may move), then parse the frame again.
+                self._fill(self._end - self._start + 1 if head is None else head[2] - self._start)
+                continue
+            first, begin, stop = head
+            payload = self._view[begin:stop]
+            try:
+                if first == 0x82 and not self._assembler.active:  # final binary: the common case
                     return handler(payload)
-                if opcode in (_OP_BINARY, _OP_TEXT, _OP_CONT):
-                    message = self._assemble(opcode, fin, payload)
+                opcode = first & 0x0F
+                if opcode < OP_CLOSE:
+                    message = self._assemble(opcode, first & 0x80, payload)
                     if message is not None:
                         return handler(memoryview(message))
-                elif opcode == _OP_PING:
-                    self.send(bytes(payload), opcode=_OP_PONG)
-                elif opcode == _OP_CLOSE:
+                elif opcode == OP_PING:
+                    self.send(bytes(payload), opcode=OP_PONG)
+                elif opcode == OP_CLOSE:
                     self._on_close(bytes(payload))
-                elif opcode != _OP_PONG:
-                    self._fail(1002, f"the server sent a frame with unknown opcode {opcode}")
             finally:
                 payload.release()
-                self._start = begin + length
+                self._start = stop
 
     def serve_idle(self) -> None:
         """Read what arrived while no call was reading, without waiting: answer pings,
@@ -542,23 +479,21 @@ class BlockingWebSocket(ConnectionFacts):
         finally:
             self._nowait = False
 
-    def _assemble(self, opcode: int, fin: int, payload: memoryview) -> bytearray | None:
+    def _assemble(self, opcode: int, fin: int, payload: memoryview) -> bytes | None:
         try:
-            self._fragments, message = assemble(
-                self._fragments, opcode, fin, payload, self.max_size
-            )
-        except Violation as exc:
+            whole = self._assembler.add(opcode, bool(fin), payload)
+        except FrameError as exc:
             self._fail(exc.code, exc.reason)
-        return message
+        return None if whole is None else whole[1]
 
     def _on_close(self, payload: bytes) -> None:
-        code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
-        reason = payload[2:].decode("utf-8", "replace")
+        try:
+            code, reason = parse_close(payload)
+        except FrameError as exc:
+            self._fail(exc.code, exc.reason)
         if not self.closed:
             with contextlib.suppress(OSError):
-                self._sock.sendall(
-                    _frame_header(_OP_CLOSE, len(payload[:2]), b"\0\0\0\0") + payload[:2]
-                )
+                self._sock.sendall(serialize(OP_CLOSE, payload[:2], mask=True))
         self.closed = True
         self.close_code, self.close_reason = code, reason
         self._abort()
@@ -581,7 +516,7 @@ class BlockingWebSocket(ConnectionFacts):
         self.closed = True
         self.close_code, self.close_reason = code, reason
         try:
-            self._sock.sendall(frame_bytes(_OP_CLOSE, close_payload(code, reason)))
+            self._sock.sendall(serialize(OP_CLOSE, close_payload(code, reason), mask=True))
             self._sock.settimeout(timeout)
             self._sock.shutdown(socket.SHUT_WR)
             while self._sock.recv(65536):
