@@ -4,12 +4,14 @@
 //
 // usage: node codec_vectors.mjs PROTOCOL_JS CASES_JSON
 // Big integers travel as {"$int": "digits"} both ways (JSON numbers lose them).
+// PROTOCOL_JS sits in a folder whose package.json says "type": "module" (the
+// test copies the page's modules there), so that it and the modules it imports
+// load as ES modules under any Node version.
 import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
 
 const [protocolPath, casesPath] = process.argv.slice(2);
-const source = readFileSync(protocolPath, "utf8");
-// A data: URL loads the file as an ES module whatever package it sits in.
-const P = await import("data:text/javascript;base64," + Buffer.from(source).toString("base64"));
+const P = await import(pathToFileURL(protocolPath).href);
 
 const fromHex = (hex) => Uint8Array.from(Buffer.from(hex, "hex"));
 const toHex = (bytes) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("hex");

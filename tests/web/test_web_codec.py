@@ -114,10 +114,15 @@ def js_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.skip(
             "Node.js is not installed: the page's JS codec cannot be run (apt-get install nodejs)"
         )
-    cases_file = tmp_path_factory.mktemp("web-codec") / "cases.json"
+    folder = tmp_path_factory.mktemp("web-codec")
+    cases_file = folder / "cases.json"
     cases_file.write_text(json.dumps(CASES), encoding="ascii")
+    # The page's modules in a folder of an ES-module package: protocol.js imports its siblings.
+    for module in PROTOCOL_JS.parent.glob("*.js"):
+        shutil.copy(module, folder / module.name)
+    (folder / "package.json").write_text('{"type": "module"}\n', encoding="ascii")
     proc = subprocess.run(
-        [node, str(RUNNER), str(PROTOCOL_JS), str(cases_file)],
+        [node, str(RUNNER), str(folder / PROTOCOL_JS.name), str(cases_file)],
         capture_output=True,
         text=True,
         timeout=120,
