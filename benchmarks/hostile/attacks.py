@@ -9,7 +9,6 @@ import os
 import resource
 import selectors
 import socket
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from typing import Any
 
 import msgpack
 import numpy as np
+
+from openenv_ws.wire.framing import FrameError, FrameReader, close_payload, parse_close
 
 from .rawwire import (
     MB,
@@ -157,9 +158,10 @@ def cold_opens(
         try:
             frame = {"op": "open", "id": 1, "version": 1, "config": config}
             sock.sendall(client_frame(OP_BINARY, msgpack.packb(frame)))
-            buf, until = bytearray(), time.monotonic() + timeout
+            reader, until = FrameReader(masked=False), time.monotonic() + timeout
             while True:
-                opcode, data = read_server_frame(sock, buf, until)
+                got = read_server_frame(sock, reader, until)
+                opcode, data = got.opcode, got.payload
                 if opcode == OP_BINARY:
                     reply = msgpack.unpackb(data, raw=False, strict_map_key=False)
                     op = reply.get("op")
@@ -167,12 +169,13 @@ def cold_opens(
                     latencies.append(time.perf_counter() - start)
                     break
                 if opcode == OP_CLOSE:
-                    code = struct.unpack("!H", data[:2])[0] if len(data) >= 2 else 1005
-                    outcomes[f"close {code}"] += 1
+                    outcomes[f"close {parse_close(data)[0]}"] += 1
                     break
-            sock.sendall(client_frame(OP_CLOSE, struct.pack("!H", 1000)))
+            sock.sendall(client_frame(OP_CLOSE, close_payload(1000)))
         except EOFError:
             outcomes["closed"] += 1
+        except FrameError as exc:
+            outcomes[f"bad frame ({exc.code})"] += 1
         except OSError as exc:
             outcomes[error_name(exc)] += 1
         finally:

@@ -14,7 +14,15 @@ import socket
 import struct
 import time
 
-from websockets.frames import Frame, Opcode
+from openenv_ws.wire.framing import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_PING,
+    OP_PONG,
+    Frame,
+    FrameReader,
+    serialize,
+)
 
 __all__ = [
     "MB",
@@ -33,15 +41,14 @@ __all__ = [
     "upgrade_request",
 ]
 
-OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 2, 8, 9, 10
 MB = 1 << 20
 
 Target = tuple[str, int]
 
 
 def client_frame(opcode: int, payload: bytes = b"") -> bytes:
-    """One masked client frame (FIN set), serialized by websockets."""
-    return Frame(Opcode(opcode), payload).serialize(mask=True)
+    """One masked client frame (FIN set)."""
+    return serialize(opcode, payload, mask=True)
 
 
 def upgrade_request(target: Target) -> bytes:
@@ -116,33 +123,25 @@ def http_status(head: bytes) -> str:
     return code if code == "101" else f"HTTP {code}"
 
 
-def read_server_frame(sock: socket.socket, buf: bytearray, deadline: float) -> tuple[int, bytes]:
-    """The next (opcode, payload) from the server (unmasked frames); `buf` keeps the rest."""
-
-    def need(n: int) -> None:
-        while len(buf) < n:
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                raise EOFError
-            buf.extend(chunk)
-
-    need(2)
-    opcode, n, start = buf[0] & 0x0F, buf[1] & 0x7F, 2
-    if n == 126:
-        need(4)
-        n, start = struct.unpack_from("!H", buf, 2)[0], 4
-    elif n == 127:
-        need(10)
-        n, start = struct.unpack_from("!Q", buf, 2)[0], 10
-    need(start + n)
-    payload = bytes(buf[start : start + n])
-    del buf[: start + n]
-    return opcode, payload
+def read_server_frame(sock: socket.socket, reader: FrameReader, deadline: float) -> Frame:
+    """The next frame from the server; `reader` keeps what follows it."""
+    while (frame := reader.next_frame()) is None:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise EOFError
+        reader.feed(chunk)
+    return frame
 
 
 def close_code(data: bytes) -> int | None:
-    """The code of a close frame in `data` (server frames; only pongs of empty pings precede it)."""
+    """The code of a close frame at the end of `data`, the latest bytes a flood read.
+
+    A scan, not a parse: a flooding connection reads the server's pongs only
+    to drop them, and parsing each of millions of frames would slow the
+    attack; before a close only pongs of empty pings come, so a close frame
+    is the last ``0x88`` byte.
+    """
     at = data.rfind(b"\x88")
     if at < 0 or at + 1 >= len(data):
         return None
