@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import IO
 
 from openenv_ws.providers import LocalServerProvider
@@ -36,9 +35,6 @@ __all__ = [
     "supports_pool",
     "wait_pool_full",
 ]
-
-#: The folder holding the ``benchmarks`` package, for peers started with ``-m``.
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
@@ -147,13 +143,12 @@ class PeerServer:
 
     def __enter__(self) -> PeerServer:
         self._log = tempfile.TemporaryFile()
-        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
             [sys.executable, "-m", self.module],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **self.env},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
         try:

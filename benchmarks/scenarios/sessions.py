@@ -14,7 +14,7 @@ from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
 
 from ..measure import Workload, rss_bytes
-from ..servers import ROOT, our_server, pool_args, supports_pool, wait_pool_full
+from ..servers import our_server, pool_args, supports_pool, wait_pool_full
 from ..suite import Column, Context, Section, scenario
 
 __all__: list[str] = []
@@ -172,7 +172,6 @@ def _inprocess_memory(work: Workload, n: int) -> dict[str, float]:
         capture_output=True,
         text=True,
         check=True,
-        cwd=ROOT,
         timeout=600,
     )
     before, after = json.loads(done.stdout.strip().splitlines()[-1])
