@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,15 +21,7 @@ from types import ModuleType
 
 import pytest
 
-BUILD_VARIABLE = "OPENENV_WS_NATIVE_BUILD"
-MODULES = ("openenv_ws._wire", "openenv_ws._expand")
-SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
-
-
-def build_folder() -> Path | None:
-    """The scratch build this run tests, or None in an ordinary run."""
-    folder = os.environ.get(BUILD_VARIABLE)
-    return Path(folder) if folder else None
+from .build import BUILD_VARIABLE, MODULES, SUFFIX, build_folder
 
 
 class ScratchBuild(importlib.abc.MetaPathFinder):

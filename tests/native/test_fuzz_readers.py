@@ -17,7 +17,6 @@ import os
 import random
 import socket
 import struct
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from openenv_ws._arrays import DTYPE_CODES
 from openenv_ws._shm import SharedArray
 from openenv_ws.errors import ProtocolError
 from openenv_ws.protocol import Result, decode_server_frame, encode_result
+from openenv_ws.wire.framing import FrameError, apply_mask, parse_head
 
 from ..reliability.rawws import frame_bytes
 from .mutate import fuzz
@@ -149,32 +149,25 @@ def server_frames() -> list[bytes]:
     ]
 
 
-def first_frame(stream: bytes) -> tuple[int, int, bytes] | None:
-    """(first byte, header length, payload) of the frame `stream` starts with, if it is whole."""
-    if len(stream) < 2:
+def first_frame(stream: bytes, max_size: int) -> tuple[int, int, bytes] | None:
+    """(first byte, end, payload) of the frame a server's `stream` starts with, as the
+    Python framer reads it; None if it is cut short or the framer refuses it."""
+    try:
+        head = parse_head(stream, 0, len(stream), False, max_size)
+    except FrameError:
         return None
-    n, head = stream[1] & 0x7F, 2
-    if n >= 126:
-        head += 2 if n == 126 else 8
-        if len(stream) < head:
-            return None
-        n = int.from_bytes(stream[2:head], "big")
-    if len(stream) < head + n:
+    if head is None or head[2] > len(stream):
         return None
-    return stream[0], head, stream[head : head + n]
+    first, start, stop = head
+    return first, stop, stream[start:stop]
 
 
 def unmask(frame: bytes) -> tuple[int, bytes]:
-    """(first byte, payload) of one whole masked client frame."""
-    n, head = frame[1] & 0x7F, 2
-    assert frame[1] & 0x80, "a client frame must be masked"
-    if n >= 126:
-        head += 2 if n == 126 else 8
-        n = int.from_bytes(frame[2:head], "big")
-    key = np.resize(np.frombuffer(frame[head : head + 4], np.uint8), n)
-    payload = np.frombuffer(frame[head + 4 :], np.uint8)
-    assert len(payload) == n
-    return frame[0], (payload ^ key).tobytes()
+    """(first byte, payload) of one whole masked client frame, as the Python framer reads it."""
+    head = parse_head(frame, 0, len(frame), True, None)
+    assert head is not None and head[2] == len(frame), "not one whole client frame"
+    first, start, stop = head
+    return first, apply_mask(frame[start:stop], frame[start - 4 : start])
 
 
 def drain(sock: socket.socket) -> bytes:
@@ -192,16 +185,17 @@ def drain(sock: socket.socket) -> bytes:
 def exchange_once(stream: bytes, rng: random.Random) -> None:
     """One exchange over a socket pair: part of `stream` already buffered, the rest to read.
 
-    The buffer's size and offsets and the request are random. The answer is
-    the result the stream starts with, as Python reads it; or FALLBACK with
-    every byte read kept in the buffer after the ones that were there.
+    The buffer's size, offsets and frame size limit and the request are random.
+    The answer is the result the stream starts with, as the Python framer and
+    decoder read it; or FALLBACK with every byte read kept in the buffer after
+    the ones that were there.
     """
     size = rng.choice((2, 16, 300, 4096, 1 << 17))
+    max_size = rng.choice((100, 1 << 20))
     start = rng.randint(0, size // 2)
     buffered = stream[: rng.randint(0, min(len(stream), size - start))]
     buf = bytearray(rng.randbytes(size))
     buf[start : start + len(buffered)] = buffered
-    ws = SimpleNamespace(_buf=buf, _start=start, _end=start + len(buffered))
     request = (
         None if rng.random() < 0.3 else rng.randbytes(rng.choice((0, 5, 125, 126, 4096, 4097)))
     )
@@ -211,34 +205,28 @@ def exchange_once(stream: bytes, rng: random.Random) -> None:
         peer.sendall(stream[len(buffered) :])
         peer.shutdown(socket.SHUT_WR)
         spin = rng.choice((0.0, 0.0002))
-        ws._start, ws._end, out = wire.exchange(
-            buf, start, start + len(buffered), ours.fileno(), request, spin, 1 << 20
+        new_start, end, out = wire.exchange(
+            buf, start, start + len(buffered), ours.fileno(), request, spin, max_size
         )
         sent = drain(peer)
-    assert start <= ws._start <= ws._end <= size and ws._buf is buf
+    assert start <= new_start <= end <= size
     if request is not None and len(request) > MAX_REQUEST:  # left to the caller, unsent
-        assert (out, sent, ws._start, ws._end) == (
-            (wire.FALLBACK,),
-            b"",
-            start,
-            start + len(buffered),
-        )
+        assert (out, sent, new_start, end) == ((wire.FALLBACK,), b"", start, start + len(buffered))
         return
+    assert sent == (b"" if request is None else sent)
     if request is not None:
         assert unmask(sent) == (0x82, request)
-    else:
-        assert sent == b""
-    frame = first_frame(stream)
+    frame = first_frame(stream, max_size)
     if out[0] == wire.OK:
-        assert frame is not None and frame[0] == 0x82 and stream[1] & 0x80 == 0
-        assert ws._start == start + frame[1] + len(frame[2])
+        assert frame is not None and frame[0] == 0x82
+        assert new_start == start + frame[1]
         same_result(out, frame[2])
     else:
         assert out == (wire.FALLBACK,)
-        assert ws._start == start
-        assert bytes(buf[start : ws._end]) == stream[: ws._end - start]
-        if frame is not None and frame[0] == 0x82 and stream[1] & 0x80 == 0:
-            assert wire.parse_result(frame[2]) is None or size - start < len(stream)
+        assert new_start == start
+        assert bytes(buf[start:end]) == stream[: end - start]
+        if frame is not None and frame[0] == 0x82 and start + frame[1] <= size:
+            assert wire.parse_result(frame[2]) is None  # a result that fits is taken
 
 
 def test_the_exchange_reads_frames_as_python_does_or_leaves_them() -> None:
@@ -250,7 +238,7 @@ def test_the_exchange_reads_frames_as_python_does_or_leaves_them() -> None:
 
 def test_client_frames_unmask_to_any_payload() -> None:
     def check(data: bytes, rng: random.Random) -> None:
-        opcode = rng.randrange(16)
+        opcode = rng.choice((0, 1, 2, 8, 9, 10) if len(data) <= 125 else (0, 1, 2))
         assert unmask(wire.mask_frame(opcode, exact(data))) == (0x80 | opcode, data)
 
     seeds = [bytes(n) for n in (0, 1, 125, 126, 127, 65535, 65536)]

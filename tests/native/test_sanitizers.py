@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .sanitized import MODULES, SUFFIX, build_folder
+from .build import MODULES, SUFFIX, build_folder
 
 BUILD = build_folder()
 pytestmark = pytest.mark.skipif(BUILD is None, reason="only in the sanitized run (sanitize.sh)")

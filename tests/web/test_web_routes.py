@@ -39,9 +39,7 @@ def test_home_redirects_to_the_page(client: TestClient) -> None:
     assert page.headers["content-type"].startswith("text/html")
 
 
-@pytest.mark.parametrize(
-    "name", ["app.js", "msgpack.js", "protocol.js", "session.js", "style.css"]
-)
+@pytest.mark.parametrize("name", ["app.js", "msgpack.js", "protocol.js", "session.js", "style.css"])
 def test_static_files_are_served_with_their_type(client: TestClient, name: str) -> None:
     r = client.get(f"/web/{name}")
     assert r.status_code == 200
