@@ -6,7 +6,7 @@ with AddressSanitizer and UndefinedBehaviorSanitizer into the folder named by
 before any conftest (the root one imports the package): from then on both
 modules are imported from that folder, not from the source tree. The run
 fails if either module came from elsewhere, or if it holds no test of
-tests/native/.
+tests/native/ or skips one.
 """
 
 from __future__ import annotations
@@ -56,7 +56,23 @@ def _install() -> None:
 _install()
 
 
+HERE = Path(__file__).parent
+_skipped: list[str] = []
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    if not any(here in Path(item.path).parents for item in items):
+    if not any(HERE in Path(item.path).parents for item in items):
         raise pytest.UsageError("the sanitized run collected no test of tests/native/")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # A test of tests/native/ that skips here (a C module that did not load, say)
+    # would hide the very thing this run is for.
+    if report.skipped and report.nodeid.startswith("tests/native/"):
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped and exitstatus == 0:
+        print(f"\nthe sanitized run skipped tests of tests/native/: {_skipped}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
