@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ._serve import ServerThread, bind_socket, uvicorn_config
 from ._session import CloseRequest, ServerSession
-from .app import ServerLimits, SessionRegistry, create_app
+from .app import create_app
+from .registry import ServerLimits, SessionRegistry
 
 __all__ = [
     "CloseRequest",

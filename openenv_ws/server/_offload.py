@@ -23,18 +23,18 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..protocol import decode_client_frame, parse_step
+from ..protocol import ClientFrame, decode_client_frame, encode, parse_step
 
 if TYPE_CHECKING:
-    from ._session import CloseRequest, ServerSession
+    from ._session import FrameReply, Reply, ServerSession
 
 __all__ = ["Worker", "call", "timeout_message"]
 
 logger = logging.getLogger("openenv_ws.server")
 
-Reply = tuple[bytes, "CloseRequest | None"]
+R = TypeVar("R")
 
 
 class Worker:
@@ -53,15 +53,15 @@ class Worker:
         self._thread: threading.Thread | None = None
 
     def submit(
-        self, fn: Callable[[bytes], Reply], data: bytes, settle: Callable[[], None]
-    ) -> asyncio.Future[Reply]:
+        self, fn: Callable[[Any], R], data: Any, settle: Callable[[], None]
+    ) -> asyncio.Future[R]:
         """Run ``fn(data)`` on the thread; the future gets its result after `settle` ran.
 
         `settle` runs on the event loop as soon as the call returns, whether
         or not anyone still awaits the future (a call past its deadline).
         """
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Reply] = loop.create_future()
+        future: asyncio.Future[R] = loop.create_future()
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._serve, name="openenv-ws-session", daemon=True
@@ -81,7 +81,7 @@ class Worker:
             if job is None:
                 return
             fn, data, settle, future, loop = job
-            result: Reply | None = None
+            result: Any = None
             error: BaseException | None = None
             try:
                 result = fn(data)
@@ -92,9 +92,9 @@ class Worker:
 
 
 def _settled(
-    future: asyncio.Future[Reply],
+    future: asyncio.Future[Any],
     settle: Callable[[], None],
-    result: Reply | None,
+    result: Any,
     error: BaseException | None,
 ) -> None:
     settle()
@@ -103,7 +103,6 @@ def _settled(
     if error is not None:
         future.set_exception(error)
     else:
-        assert result is not None
         future.set_result(result)
 
 
@@ -117,20 +116,33 @@ def timeout_message(deadline: float) -> str:
     )
 
 
-async def call(session: ServerSession, data: bytes, deadline: float | None) -> Reply:
-    """Serve `data` for `session` on its worker thread, waiting at most `deadline` seconds.
+@overload
+async def call(session: ServerSession, data: bytes, deadline: float | None) -> Reply: ...
+@overload
+async def call(session: ServerSession, data: ClientFrame, deadline: float | None) -> FrameReply: ...
+async def call(
+    session: ServerSession, data: bytes | ClientFrame, deadline: float | None
+) -> Reply | FrameReply:
+    """Serve `data` (a message, or a frame) for `session` on its worker thread, waiting
+    at most `deadline` seconds; the reply comes in the form of the request.
 
     Requests of one session are served in the order they come (across
     connections too, after a resume). Past the deadline the session is
     abandoned (see :meth:`ServerSession.abandon`) and the reply is a fatal
     ``step_timeout`` error.
     """
+    as_bytes = type(data) is bytes
     worker = session.worker()
     async with worker.lock:
         if not session.open_for_calls():
-            return session.refuse("internal", "the session was closed while this request waited")
+            closed = session.refuse("internal", "the session was closed while this request waited")
+            return (encode(closed[0]), closed[1]) if as_bytes else closed
         session.busy = True
-        future = worker.submit(session.handle, data, session.settle)
+        future: asyncio.Future[Any] = (
+            worker.submit(session.handle, data, session.settle)
+            if as_bytes
+            else worker.submit(session.serve, data, session.settle)
+        )
         try:
             async with asyncio.timeout(deadline):
                 return await asyncio.shield(future)
@@ -143,11 +155,14 @@ async def call(session: ServerSession, data: bytes, deadline: float | None) -> R
             session.abandon()
             assert deadline is not None
             message = timeout_message(deadline)
-            return session.refuse("step_timeout", message, request_id=_request_id(data))
+            timeout = session.refuse("step_timeout", message, request_id=_request_id(data))
+            return (encode(timeout[0]), timeout[1]) if as_bytes else timeout
 
 
-def _request_id(data: bytes) -> int | None:
+def _request_id(data: bytes | ClientFrame) -> int | None:
     """The id of a request (to answer it); None if it cannot be read."""
+    if not isinstance(data, bytes):
+        return data.id
     step = parse_step(data)
     if step is not None:
         return step[0]

@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
-from ..protocol import Open, decode_client_frame
+from ..protocol import ClientFrame, Open, decode_client_frame, encode
 
 if TYPE_CHECKING:
-    from ._session import CloseRequest, ServerSession
+    from ._session import FrameReply, Reply, ServerSession
 
 __all__ = ["BUSY_WINDOW", "ColdOpens", "share_problem"]
 
@@ -136,10 +136,19 @@ class ColdOpens:
         rest = seconds * (1 / self.share - 1)
         self._next = max(self._next, asyncio.get_running_loop().time() + rest)
 
+    @overload
     async def serve(
         self, session: ServerSession, data: bytes, peer: str | None = None
-    ) -> tuple[bytes, CloseRequest | None]:
-        """Serve a request of a session that is not open yet; an open that builds waits its turn.
+    ) -> Reply: ...
+    @overload
+    async def serve(
+        self, session: ServerSession, data: ClientFrame, peer: str | None = None
+    ) -> FrameReply: ...
+    async def serve(
+        self, session: ServerSession, data: bytes | ClientFrame, peer: str | None = None
+    ) -> Reply | FrameReply:
+        """Serve a request (message or frame) of a session that is not open yet; an open
+        that builds waits its turn. The reply comes in the form of the request.
 
         Args:
             peer: the address of the client (opens waiting are bounded per address).
@@ -147,26 +156,32 @@ class ColdOpens:
         builds = self._builds(data)
         refusal = None if builds is None else await self.turn(peer)
         if refusal is not None:
-            return session.refuse(
+            refused = session.refuse(
                 "capacity",
                 f"{refusal} (builds are paced: openenv-ws serve --cold-open-share, "
                 "--cold-open-queue); retry later",
                 request_id=builds,
             )
+            return (encode(refused[0]), refused[1]) if isinstance(data, bytes) else refused
         pool = self._pool
         misses = pool.misses if pool is not None else 0
         start = perf_counter()
-        out = session.handle(data)
+        out: Reply | FrameReply = (
+            session.handle(data) if isinstance(data, bytes) else session.serve(data)
+        )
         if builds is not None or (pool is not None and pool.misses != misses):
             self.done(perf_counter() - start)  # failed builds (a bad mode) count too
         return out
 
-    def _builds(self, data: bytes) -> int | None:
+    def _builds(self, data: bytes | ClientFrame) -> int | None:
         """The request id (0 counts) of an open that will build its environment, else None."""
-        try:
-            frame = decode_client_frame(data, max_frame_size=len(data))
-        except Exception:  # noqa: BLE001 - the session refuses it itself
-            return None
+        if isinstance(data, bytes):
+            try:
+                frame = decode_client_frame(data, max_frame_size=len(data))
+            except Exception:  # noqa: BLE001 - the session refuses it itself
+                return None
+        else:
+            frame = data
         if not isinstance(frame, Open) or frame.resume is not None:
             return None
         if self._ready is not None:

@@ -1,8 +1,10 @@
-"""One server-side session, sans-I/O: request bytes in, reply bytes (and maybe a close) out.
+"""One server-side session, sans-I/O: a request in, its reply (and maybe a close) out.
 
-The ASGI glue in :mod:`openenv_ws.server.app` feeds it the payload of every
-binary WebSocket message and sends back what it returns. Keeping this part free
-of I/O lets the HTTP fallback drive exactly the same logic.
+Two entry points serve the same logic: :meth:`ServerSession.handle` takes the
+bytes of a WebSocket message and returns the reply's bytes (a plain step is
+read and written without building frame objects: the step loop);
+:meth:`ServerSession.serve` takes a frame object and returns one (the HTTP
+fallback and OpenEnv's dialect, which read and write other formats).
 """
 
 from __future__ import annotations
@@ -21,13 +23,17 @@ from ..errors import OpenEnvError, ProtocolError
 from ..protocol import (
     ERRORS,
     SUPPORTED_VERSIONS,
+    ClientFrame,
     Close,
     Closed,
+    Error,
     GetState,
     Open,
     Opened,
     Reset,
     Restore,
+    Result,
+    ServerFrame,
     SessionMachine,
     SessionState,
     Snapshot,
@@ -38,12 +44,12 @@ from ..protocol import (
     encode,
     encode_result,
     error_frame,
-    native_wire,
     parse_step,
 )
 from ._offload import Worker
+from .replay import ReplayCache
 
-__all__ = ["CloseRequest", "ServerSession"]
+__all__ = ["CloseRequest", "FrameReply", "Reply", "ServerSession", "encoded"]
 
 logger = logging.getLogger("openenv_ws.server")
 
@@ -55,12 +61,20 @@ class CloseRequest(NamedTuple):
     reason: str
 
 
+#: A reply as bytes (WebSocket) and the close the session asks for, if any.
+Reply = tuple[bytes, CloseRequest | None]
+#: A reply as a frame object (HTTP, OpenEnv's dialect) and the close, if any.
+FrameReply = tuple[ServerFrame, CloseRequest | None]
+
+# obs, reward, terminated, truncated, done, info: a ``result`` frame after its id.
+ResultFields = tuple[Any, float, bool, bool, bool, dict[str, Any]]
+
 _NORMAL_CLOSE = CloseRequest(1000, "session closed")
 
-# The step loop's request reader: the C one where built (it accepts the same bytes).
-_read_step: Callable[[bytes], tuple[int, int, bool] | None] = (
-    parse_step if native_wire is None else native_wire.parse_step
-)
+
+def encoded(reply: FrameReply) -> Reply:
+    """A frame reply as bytes."""
+    return encode(reply[0]), reply[1]
 
 
 class ServerSession:
@@ -102,6 +116,7 @@ class ServerSession:
         "inline",
         "machine",
         "palette",
+        "replay",
         "resume_token",
         "session_id",
         "shared",
@@ -130,7 +145,7 @@ class ServerSession:
         self.machine = SessionMachine()
         self.session_id = uuid.uuid4().hex
         self.steps = 0
-        #: Sent in ``opened`` when the server offers resumption (see server/reliability.py).
+        #: Sent in ``opened`` when the server offers resumption (see server/supervisor.py).
         self.resume_token: str | None = None
         #: The palette of indexed observations (SPEC section 18); None: full colour.
         self.palette: bytes | None = None
@@ -149,49 +164,75 @@ class ServerSession:
         self._worker: Worker | None = None
         self._closing = False  # close once the call in progress returns
         self._next_shared: list[ServerRegion | None] = []  # a region to use after it
+        #: The last request and its reply, for a client that sends it again (None: not kept).
+        self.replay: ReplayCache | None = None
 
     # ------------------------------------------------------------------ entry points
 
-    def handle(self, data: bytes) -> tuple[bytes, CloseRequest | None]:
-        """Serve one request frame; return the encoded reply and an optional close."""
+    def handle(self, data: bytes) -> Reply:
+        """Serve one request message; return the encoded reply and an optional close."""
+        replay = self.replay
+        if replay is not None and replay.armed:
+            kept: Reply | None = replay.recall(data)
+            if kept is not None:
+                return kept
         # The step loop: a plain step of a running episode is read without a full decode.
         step = (
-            _read_step(data)
+            parse_step(data)
             if self.machine.state is SessionState.RUNNING and len(data) <= self._max_frame_size
             else None
         )
-        if step is None:
+        out: Reply
+        if step is not None:
+            try:
+                out = encode_result(step[0], *self._advance(step[1], step[2])), None
+            except Exception as exc:  # noqa: BLE001 - any failure of the environment is answered
+                out = encoded(self._failure(step[0], "step", exc))
+        else:
             try:
                 frame = decode_client_frame(data, max_frame_size=self._max_frame_size)
             except ProtocolError as exc:
-                return self._error(getattr(exc, "request_id", None), exc.code, str(exc))
-            rid, op = frame.id, frame.OP
-        else:
-            rid, op = step[0], "step"
-        try:
-            if step is not None:
-                return self._step(*step), None
-            return self._dispatch(frame)
-        except OpenEnvError as exc:
-            code = exc.code if exc.code in ERRORS else "internal"
-            return self._error(rid, code, str(exc))
-        except Exception as exc:
-            self._broken = True
-            logger.exception("session %s: environment failed on '%s'", self.session_id, op)
-            return self._error(
-                rid,
-                "internal",
-                f"the environment failed on '{op}' ({type(exc).__name__}: {exc}); "
-                "the session is closed, open a new one",
-            )
+                out = encoded(self.error(getattr(exc, "request_id", None), exc.code, str(exc)))
+            else:
+                reply, close = self._answer(frame)
+                try:
+                    out = encode(reply), close
+                except ProtocolError as exc:  # a value of the environment the wire cannot carry
+                    out = encoded(self._failure(frame.id, frame.OP, exc))
+        if replay is not None:
+            replay.keep(data, out)
+        return out
+
+    def serve(self, frame: ClientFrame) -> FrameReply:
+        """Serve one request frame; return the reply frame and an optional close."""
+        replay = self.replay
+        kept: FrameReply | None = (
+            replay.recall(frame) if replay is not None and replay.armed else None
+        )
+        if kept is not None:
+            return kept
+        out = self._answer(frame)
+        if replay is not None:
+            replay.keep(frame, out)
+        return out
 
     def refuse(
         self, code: str, message: str, *, request_id: int | None = None
-    ) -> tuple[bytes, CloseRequest]:
+    ) -> tuple[Error, CloseRequest]:
         """A fatal error: unsolicited (text frame, idle timeout, shutdown) or to `request_id`."""
-        reply, close = self._error(request_id, code, message)
+        reply, close = self.error(request_id, code, message)
         assert close is not None
         return reply, close
+
+    def error(self, rid: int | None, code: str, message: str) -> tuple[Error, CloseRequest | None]:
+        """The ``error`` frame answering request `rid`, and the close a fatal code asks for."""
+        frame = error_frame(rid, code, message)
+        if not frame.fatal:
+            return frame, None
+        close_code = ERRORS[code].close_code or 1011
+        # Close reasons are limited to 123 bytes by RFC 6455.
+        reason = message.encode()[:120].decode(errors="ignore")
+        return frame, CloseRequest(close_code, reason)
 
     # ------------------------------------------------------------------ worker thread
 
@@ -271,39 +312,59 @@ class ServerSession:
 
     # ------------------------------------------------------------------ dispatch
 
-    def _dispatch(self, frame: Any) -> tuple[bytes, CloseRequest | None]:
+    def _answer(self, frame: ClientFrame) -> FrameReply:
+        try:
+            return self._dispatch(frame)
+        except Exception as exc:  # noqa: BLE001 - any failure of the environment is answered
+            return self._failure(frame.id, frame.OP, exc)
+
+    def _failure(self, rid: int | None, op: str, exc: Exception) -> FrameReply:
+        """The reply to a request whose serving raised `exc`."""
+        if isinstance(exc, OpenEnvError):
+            return self.error(rid, exc.code if exc.code in ERRORS else "internal", str(exc))
+        self._broken = True
+        logger.exception("session %s: environment failed on '%s'", self.session_id, op)
+        return self.error(
+            rid,
+            "internal",
+            f"the environment failed on '{op}' ({type(exc).__name__}: {exc}); "
+            "the session is closed, open a new one",
+        )
+
+    def _dispatch(self, frame: ClientFrame) -> FrameReply:
         machine = self.machine
         machine.check(frame.OP)
         env = self.env
         match frame:
             case Step(id=rid, action=action, obs=want_obs):
-                return self._step(rid, action, want_obs), None
+                return Result(rid, *self._advance(action, want_obs)), None
             case Reset(id=rid, seed=seed, episode_id=episode_id, options=options):
                 assert env is not None
                 result = env.reset(seed=seed, episode_id=episode_id, options=options)
                 done = result.terminated or result.truncated
                 machine.served("reset", done=done)
-                return _result(rid, result, done, self.shared), None
+                return Result(rid, *_result(result, done, self.shared)), None
             case GetState(id=rid):
                 assert env is not None
-                return encode(StateReply(id=rid, state=env.state())), None
+                return StateReply(id=rid, state=env.state()), None
             case Open():
-                return self._open(frame)
+                return self.serve_open(frame)
             case Snapshot(id=rid):
                 assert env is not None
-                return encode(SnapshotData(id=rid, snapshot=env.snapshot())), None
+                return SnapshotData(id=rid, snapshot=env.snapshot()), None
             case Restore(id=rid, snapshot=blob):
                 assert env is not None
                 result = env.restore(blob)
                 done = result.terminated or result.truncated
                 machine.served("restore", done=done)
-                return _result(rid, result, done, self.shared), None
+                return Result(rid, *_result(result, done, self.shared)), None
             case Close(id=rid):
                 machine.served("close")
-                return encode(Closed(id=rid)), _NORMAL_CLOSE
+                return Closed(id=rid), _NORMAL_CLOSE
         raise ProtocolError(f"op '{frame.OP}' has no handler", code="unknown_op")
 
-    def _step(self, rid: int, action: Any, want_obs: bool) -> bytes:
+    def _advance(self, action: Any, want_obs: bool) -> ResultFields:
+        """Step the environment; the fields of the ``result`` (observation maybe in place)."""
         env = self.env
         assert env is not None
         shared = self.shared
@@ -322,12 +383,13 @@ class ServerSession:
         done = result.terminated or result.truncated
         if done:  # a step that does not end the episode leaves the state as it is
             self.machine.served("step", done=True)
-        return _result(rid, result, done, shared, slot)
+        return _result(result, done, shared, slot)
 
-    def _open(self, frame: Open) -> tuple[bytes, CloseRequest | None]:
+    def serve_open(self, frame: Open) -> FrameReply:
+        """Serve ``open``: admit the session and build its environment."""
         if frame.version not in SUPPORTED_VERSIONS:
             supported = ", ".join(map(str, SUPPORTED_VERSIONS))
-            return self._error(
+            return self.error(
                 frame.id,
                 "unsupported_version",
                 f"protocol version {frame.version} is not supported; this server speaks {supported}",
@@ -335,7 +397,7 @@ class ServerSession:
         if self._admit is not None:
             refusal = self._admit(self)
             if refusal is not None:
-                return self._error(frame.id, *refusal)
+                return self.error(frame.id, *refusal)
             self._admitted = True
         self._config = dict(frame.config)
         try:
@@ -349,32 +411,22 @@ class ServerSession:
         self.machine.served("open")
         return self.opened_reply(frame.id), None
 
-    def opened_reply(self, rid: int) -> bytes:
-        """The encoded ``opened`` of this open session (also sent again on resume)."""
+    def opened_reply(self, rid: int) -> Opened:
+        """The ``opened`` of this open session (also sent again on resume)."""
         assert self.env is not None
-        opened = Opened(
+        return Opened(
             id=rid,
             session_id=self.session_id,
             spec=self.env.spec.to_wire(),
             resume_token=self.resume_token,
             palette=self.palette,
         )
-        return encode(opened)
 
     def _leave(self) -> None:
         if self._admitted:
             self._admitted = False
             if self._release is not None:
                 self._release(self)
-
-    def _error(self, rid: int | None, code: str, message: str) -> tuple[bytes, CloseRequest | None]:
-        frame = error_frame(rid, code, message)
-        if not frame.fatal:
-            return encode(frame), None
-        close_code = ERRORS[code].close_code or 1011
-        # Close reasons are limited to 123 bytes by RFC 6455.
-        reason = message.encode()[:120].decode(errors="ignore")
-        return encode(frame), CloseRequest(close_code, reason)
 
 
 def _obs_layout(env: Environment, indexed: bool) -> tuple[Any, ...]:
@@ -388,16 +440,16 @@ def _obs_layout(env: Environment, indexed: bool) -> tuple[Any, ...]:
 
 
 def _result(
-    rid: int, r: EnvResult, done: bool, shared: ServerRegion | None, slot: Slot | None = None
-) -> bytes:
+    r: EnvResult, done: bool, shared: ServerRegion | None, slot: Slot | None = None
+) -> ResultFields:
+    """The fields of a ``result`` after `rid`: an observation in the region goes by name."""
     obs: Any = r.obs
     if slot is not None and obs is slot.view:
         obs = slot.name  # written in place: a SharedArray, encoded as ext type 2
     elif shared is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_SHARED_BYTES:
         obs = shared.put(obs) or obs
     reward = r.reward
-    return encode_result(
-        rid,
+    return (
         obs,
         reward if type(reward) is float else float(reward),
         bool(r.terminated),

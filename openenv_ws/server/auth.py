@@ -45,9 +45,11 @@ import hmac
 import ipaddress
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
+
+from ._asgi import ASGIApp, Receive, Scope, Send
 
 __all__ = [
     "AUTHENTICATED",
@@ -73,12 +75,6 @@ AUTHENTICATED = "openenv_ws.authenticated"
 PUBLIC_PATHS = frozenset({"/health", "/", "/web", "/web/"})
 #: HTTP path prefixes answered without a token (the web page's static files).
 PUBLIC_PREFIXES = ("/web/",)
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _PREFIX = b"bearer "
 #: HTTP methods that only read: a foreign page's request with them is let through

@@ -3,7 +3,7 @@
 uvicorn's own shutdown closes every WebSocket at once with 1012 and drops the
 requests that have arrived but not been served. :class:`DrainingServer`
 first stops accepting connections, then lets the app's
-:class:`~openenv_ws.server.reliability.Supervisor` serve what already arrived
+:class:`~openenv_ws.server.supervisor.Supervisor` serve what already arrived
 and close each session with ``shutting_down`` and 1001, and only then runs
 uvicorn's shutdown. After a graceful shutdown the process exits with status 0
 (uvicorn re-raises the signal, which would end the process with -15).
@@ -20,7 +20,7 @@ from typing import Any
 
 import uvicorn
 
-from .reliability import Supervisor
+from .supervisor import Supervisor
 
 __all__ = ["DrainingServer", "find_supervisor"]
 

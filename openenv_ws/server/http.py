@@ -23,17 +23,15 @@ format follows ``Accept``, else the request's format, else JSON. Every
 request is served by the same :class:`~openenv_ws.server.ServerSession` code
 as a WebSocket message; errors are ``error`` frames with the protocol's codes
 and the HTTP status of :data:`HTTP_STATUS`. Sessions idle for longer than the
-TTL are closed by a background sweeper.
+TTL are closed by the process's idle expiry (:mod:`openenv_ws.server.expiry`).
 
-A request byte for byte equal to the session's previous one, with a non-zero
-id, is a retry (the client lost the reply): it gets the same reply and is not
-applied again.
+A request equal to the session's previous one, with a non-zero id, is a
+retry (the client lost the reply): it gets the same reply and is not applied
+again (the session's :class:`~openenv_ws.server.replay.ReplayCache`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -55,15 +53,17 @@ from ..protocol import (
     Error,
     Open,
     Opened,
+    ServerFrame,
     SessionState,
     decode_client_frame,
-    decode_server_frame,
     encode,
     error_frame,
 )
 from ._offload import call
 from ._pacing import ColdOpens
 from ._session import ServerSession
+from .expiry import Expiry
+from .replay import ReplayCache
 
 __all__ = [
     "HTTP_STATUS",
@@ -119,8 +119,6 @@ def http_status(code: str) -> int:
 
 # A JSON body holds base64 (4/3 of the bytes) plus syntax: it may be twice the frame limit.
 _JSON_BODY_FACTOR = 2
-# Canonical frames start with the map header, "op" and the op name (SPEC section 3).
-_ERROR_PREFIX = encode(Error(id=0))[:10]
 # How many recently expired session ids are remembered, to say "expired" rather than "unknown".
 _TOMBSTONES = 4096
 
@@ -130,14 +128,11 @@ _TOMBSTONES = 4096
 
 @dataclass(slots=True, eq=False)
 class HTTPEntry:
-    """One HTTP session: the sans-I/O session, the spec it opened with, its last use,
-    and its last request with the reply it got (a client retrying after a lost
-    reply sends the same bytes again and gets that reply, the request applied once)."""
+    """One HTTP session: the sans-I/O session, the spec it opened with, its last use."""
 
     session: ServerSession
     spec: dict[str, Any] = field(default_factory=dict)
     last_used: float = 0.0
-    last_exchange: tuple[bytes, bytes] | None = None
 
 
 class HTTPSessionStore:
@@ -155,6 +150,8 @@ class HTTPSessionStore:
             may take (served on the session's worker thread; None: no deadline).
         cold_opens: the turns of opens that build their environment (shared
             with the WebSocket sessions); None: opens are not paced.
+        expiry: the process's idle expiry, which closes the sessions past the
+            TTL; None: only :meth:`expire` does (and each :meth:`add`).
         clock: monotonic seconds (tests may pass their own).
     """
 
@@ -168,6 +165,7 @@ class HTTPSessionStore:
         max_frame_size: int,
         step_timeout: float | None = None,
         cold_opens: ColdOpens | None = None,
+        expiry: Expiry | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if ttl is not None and ttl <= 0:
@@ -182,26 +180,32 @@ class HTTPSessionStore:
         self._clock = clock
         self._entries: OrderedDict[str, HTTPEntry] = OrderedDict()
         self._expired: OrderedDict[str, None] = OrderedDict()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._expiry = expiry
+        self._key = ("http-sessions", id(self))
         self.expired_total = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def new_session(self) -> ServerSession:
-        """A session not yet open nor stored (see :meth:`add`)."""
-        return ServerSession(
+        """A session not yet open nor stored (see :meth:`add`); any request may be a retry."""
+        session = ServerSession(
             self.env_factory,
             max_frame_size=self.max_frame_size,
             admit=self._admit,
             release=self._release,
         )
+        session.replay = ReplayCache(sticky=True)
+        return session
 
     def add(self, session: ServerSession, spec: dict[str, Any]) -> HTTPEntry:
         """Keep an open session; it is found by its ``session_id`` from now on."""
         self.expire()
         entry = HTTPEntry(session, spec, self._clock())
         self._entries[session.session_id] = entry
+        expiry = self._expiry
+        if expiry is not None and self.ttl is not None and self._key not in expiry:
+            expiry.after(self._key, self.ttl, self._check)
         return entry
 
     def get(self, session_id: str) -> HTTPEntry | None:
@@ -257,33 +261,21 @@ class HTTPSessionStore:
             logger.info("closed %d HTTP session(s) idle for more than %g s", count, self.ttl)
         return count
 
-    # ------------------------------------------------------------------ the sweeper
-
-    def start(self) -> None:
-        """Start the background sweeper on the running loop (idempotent)."""
-        if self.ttl is None or (self._sweeper is not None and not self._sweeper.done()):
-            return
-        self._sweeper = asyncio.get_running_loop().create_task(
-            self._sweep(), name="openenv-ws-http-sweeper"
-        )
-
-    async def _sweep(self) -> None:
+    def _check(self, now: float) -> float | None:
+        """The idle expiry's check: close what is past the TTL; when to look again."""
         assert self.ttl is not None
-        interval = min(max(self.ttl / 4, 0.01), 30.0)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.expire()
-            except Exception:
-                logger.exception("HTTP session sweep failed")
+        self.expire()
+        oldest = next(iter(self._entries.values()), None)
+        if oldest is None:
+            return None  # added again with the next session
+        # No sooner than a quarter of the TTL: expiries close together are done at once.
+        wait = oldest.last_used + self.ttl - self._clock()
+        return now + max(wait, min(max(self.ttl / 4, 0.01), 30.0))
 
     async def aclose(self) -> None:
-        """Stop the sweeper and close every session (server shutdown)."""
-        task, self._sweeper = self._sweeper, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Close every session (server shutdown)."""
+        if self._expiry is not None:
+            self._expiry.cancel(self._key)
         while self._entries:
             _, entry = self._entries.popitem()
             entry.session.close()
@@ -329,22 +321,31 @@ def error_response(code: str, message: str, media_type: str, rid: int | None = N
     return Response(content, http_status(code), headers=headers, media_type=media_type)
 
 
-def reply_response(reply: bytes, media_type: str, ok_status: int = 200) -> Response:
+def render(reply: ServerFrame, media_type: str) -> tuple[ServerFrame, bytes]:
+    """The body of a reply frame; an ``error`` frame and its body instead if it cannot be
+    encoded (a value of the environment the wire cannot carry)."""
+    try:
+        return reply, encode(reply) if media_type == MSGPACK else frame_to_json(reply)
+    except ProtocolError as exc:
+        error = error_frame(reply.id, exc.code, str(exc))
+        return error, encode(error) if media_type == MSGPACK else frame_to_json(error)
+
+
+def reply_response(reply: ServerFrame, media_type: str, ok_status: int = 200) -> Response:
     """A reply frame of a session as a response, with the status of its error code if any."""
-    if not reply.startswith(_ERROR_PREFIX):
-        body = reply if media_type == MSGPACK else frame_to_json(decode_server_frame(reply))
+    return response_of(*render(reply, media_type), media_type, ok_status)
+
+
+def response_of(reply: ServerFrame, body: bytes, media_type: str, ok_status: int = 200) -> Response:
+    """The response carrying `body`, the rendering of `reply` (see :func:`render`)."""
+    if not isinstance(reply, Error):
         return Response(body, ok_status, media_type=media_type)
-    error = decode_server_frame(reply)
-    assert isinstance(error, Error)
-    body = reply if media_type == MSGPACK else frame_to_json(error)
-    headers = {"Retry-After": "1"} if error.code == "capacity" else None
-    return Response(body, http_status(error.code), headers=headers, media_type=media_type)
+    headers = {"Retry-After": "1"} if reply.code == "capacity" else None
+    return Response(body, http_status(reply.code), headers=headers, media_type=media_type)
 
 
-async def read_frame(
-    request: Request, op: str, max_frame_size: int
-) -> tuple[ClientFrame, bytes | None]:
-    """The request frame of a route, and its MessagePack bytes when the body was MessagePack.
+async def read_frame(request: Request, op: str, max_frame_size: int) -> ClientFrame:
+    """The request frame of a route (a MessagePack or JSON body).
 
     Raises:
         ProtocolError: the body is too large, malformed, or holds another op.
@@ -357,14 +358,11 @@ async def read_frame(
         defaults["version"] = PROTOCOL_VERSION
     if not body:
         # A route whose op has no required fields needs no body (GET state, DELETE).
-        frame = client_frame_from_json(b"", defaults=defaults)
-        return frame, None
+        return client_frame_from_json(b"", defaults=defaults)
     if msgpack_body:
         frame = decode_client_frame(body, max_frame_size=max_frame_size)
-        wire: bytes | None = body
     else:
         frame = client_frame_from_json(body, defaults=defaults)
-        wire = None
     if op != frame.OP:
         raise ProtocolError(
             f"a '{frame.OP}' frame was sent to the '{op}' route; "
@@ -372,7 +370,7 @@ async def read_frame(
             code="bad_request",
             request_id=frame.id,
         )
-    return frame, wire
+    return frame
 
 
 # --------------------------------------------------------------------------- routes
@@ -388,22 +386,20 @@ class HTTPFallback:
         store = self.store
         media = reply_type(request, is_msgpack(request.headers.get("content-type")))
         try:
-            frame, _ = await read_frame(request, "open", store.max_frame_size)
+            frame = await read_frame(request, "open", store.max_frame_size)
         except ProtocolError as exc:
             return error_response(exc.code, str(exc), media, exc.request_id)
         assert isinstance(frame, Open)
         session = store.new_session()
         if store.cold_opens is not None:
             peer = request.client.host if request.client is not None else None
-            reply, _ = await store.cold_opens.serve(session, encode(frame), peer)
+            reply, _ = await store.cold_opens.serve(session, frame, peer)
         else:
-            reply, _ = session.handle(encode(frame))
-        if session.state is not SessionState.OPEN:
+            reply, _ = session.serve(frame)
+        if session.state is not SessionState.OPEN or not isinstance(reply, Opened):
             session.close()
             return reply_response(reply, media)
-        opened = decode_server_frame(reply)
-        assert isinstance(opened, Opened)
-        store.add(session, opened.spec)
+        store.add(session, reply.spec)
         response = reply_response(reply, media, 201)
         response.headers["Location"] = f"{SESSIONS_PATH}/{session.session_id}"
         return response
@@ -416,7 +412,7 @@ class HTTPFallback:
             media = reply_type(request, msgpack_body)
             session_id: str = request.path_params["session_id"]
             try:
-                frame, wire = await read_frame(request, op, store.max_frame_size)
+                frame = await read_frame(request, op, store.max_frame_size)
             except ProtocolError as exc:
                 if ERRORS.get(exc.code, ERRORS["internal"]).fatal:
                     store.drop(session_id)
@@ -428,20 +424,15 @@ class HTTPFallback:
                 # As on a WebSocket, idle_timeout answers no request: its id is nil.
                 rid = None if code == "idle_timeout" else frame.id
                 return error_response(code, message, media, rid)
-            data = wire if wire is not None else encode(frame)
-            last = entry.last_exchange
-            if last is not None and last[0] == data:
-                return reply_response(last[1], media)  # a retry: answered, not applied again
             session = entry.session
             if session.inline or session.env is None:
-                reply, close = session.handle(data)
+                reply, close = session.serve(frame)
             else:  # on the session's worker thread, under the deadline
-                reply, close = await call(session, data, store.step_timeout)
-            # Only requests with an id count as retries: curl users may send none twice.
-            entry.last_exchange = (data, reply) if frame.id else None
-            if close is not None:
+                reply, close = await call(session, frame, store.step_timeout)
+            reply, body = render(reply, media)
+            if close is not None or (isinstance(reply, Error) and reply.fatal):
                 store.drop(session_id)
-            return reply_response(reply, media)
+            return response_of(reply, body, media)
 
         handler.__name__ = f"http_{op}"
         return handler

@@ -10,9 +10,10 @@ code as protocol v1:
   first message selects protocol v1. Any other first text message, and any
   later text message on a protocol v1 connection, is refused as protocol v1
   refuses text (``text_frame``, close 1003). :class:`OpenEnvWebSocket`
-  translates each OpenEnv message into one protocol v1 request and each
-  reply back, so the connection is served by the same loop as any other
-  (idle timeout, draining, metrics).
+  translates each OpenEnv message into one protocol v1 request frame and
+  each reply frame back, so the connection is served by the same loop as any
+  other (idle timeout, draining, metrics), with frame objects (nothing is
+  encoded to be decoded again).
 - **HTTP** ``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``,
   ``GET /metadata``: stateful per client. ``POST /reset`` without a session
   opens one and sets the cookie :data:`COOKIE` (``requests.Session``, used
@@ -30,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -59,10 +60,10 @@ from ..protocol import (
     ServerFrame,
     StateReply,
     client_frame_from_map,
-    decode_server_frame,
     encode,
     error_frame,
 )
+from ._asgi import Message
 from ._session import CloseRequest, ServerSession
 from .http import JSON, HTTPSessionStore, http_status, read_body
 
@@ -76,8 +77,6 @@ __all__ = [
     "reply_data",
     "request_frame",
 ]
-
-Message = MutableMapping[str, Any]
 
 #: The cookie that keeps an OpenEnv HTTP client's session.
 COOKIE = "openenv_ws_session"
@@ -146,9 +145,11 @@ class OpenEnvWebSocket:
     else protocol v1, after which both calls pass straight through (a method
     call, no extra coroutine). In OpenEnv's dialect an ``open`` with the
     server's OpenEnv config is sent on the client's behalf, each OpenEnv
-    message becomes one protocol v1 request, and each reply becomes OpenEnv's
+    message becomes one protocol v1 request frame (``"frame"`` in the
+    ``websocket.receive`` message), and each reply frame becomes OpenEnv's
     JSON; messages that make no valid request are answered here, in OpenEnv's
-    words, and never reach the session.
+    words, and never reach the session. A reply frame sent before the dialect
+    is decided (a refusal) goes out as protocol v1 bytes.
     """
 
     __slots__ = (
@@ -224,11 +225,11 @@ class OpenEnvWebSocket:
                 request = self._request(first)
                 # A first message that makes no request is answered once the session is open.
                 self._queue.append(
-                    {"type": "websocket.receive", "bytes": request}
-                    if type(request) is bytes
-                    else {"type": "openenv.reply", "text": request}
+                    {"type": "openenv.reply", "text": request}
+                    if type(request) is str
+                    else {"type": "websocket.receive", "frame": request}
                 )
-                return {"type": "websocket.receive", "bytes": encode(opened)}
+                return {"type": "websocket.receive", "frame": opened}
             if text is None:
                 # Refused as protocol v1 refuses a text message; the reply says why (below).
                 return {"type": "websocket.receive", "text": ""}
@@ -241,10 +242,10 @@ class OpenEnvWebSocket:
             if type(request) is str:
                 await self._send_text(request)
                 continue
-            return {"type": "websocket.receive", "bytes": request}
+            return {"type": "websocket.receive", "frame": request}
 
-    def _request(self, message: Any) -> bytes | str:
-        """The protocol v1 request bytes for an OpenEnv message, or OpenEnv's error text."""
+    def _request(self, message: Any) -> ClientFrame | str:
+        """The protocol v1 request frame for an OpenEnv message, or OpenEnv's error text."""
         if type(message) is not dict:
             return _ws_error("INVALID_JSON", "a message must be a JSON object")
         kind = message.get("type")
@@ -256,16 +257,18 @@ class OpenEnvWebSocket:
                 "VALIDATION_ERROR", f"Invalid message: unknown key(s) {', '.join(extra)}"
             )
         try:
-            return encode(request_frame(kind, message.get("data", {}), self._id()))
+            return request_frame(kind, message.get("data", {}), self._id())
         except ProtocolError as exc:
             return dumps({"type": "error", "data": error_data(exc.code, str(exc))})
 
     async def _translate_send(self, message: Message) -> None:
-        data = message.get("bytes")
-        if message["type"] != "websocket.send" or data is None or not self.speaks_openenv:
+        frame = message.get("frame")
+        if frame is None:
             await self._send(message)
             return
-        frame = decode_server_frame(data)
+        if not self.speaks_openenv:  # undecided: a refusal in protocol v1
+            await self._send({"type": "websocket.send", "bytes": encode(frame)})
+            return
         if type(frame) is Opened:
             self._legal = legal_actions(frame.spec)
             if self._spec_seen is not None:
@@ -320,8 +323,7 @@ class OpenEnvSession:
 
     def open(self, config: Mapping[str, Any]) -> Error | None:
         """Open the session with the server's OpenEnv config; the error frame if refused."""
-        reply, _ = self.session.handle(encode(Open(id=0, config=dict(config))))
-        frame = decode_server_frame(reply)
+        frame, _ = self.session.serve(Open(id=0, config=dict(config)))
         if isinstance(frame, Error):
             return frame
         assert isinstance(frame, Opened)
@@ -335,8 +337,7 @@ class OpenEnvSession:
             frame = request_frame(kind, data, 0)
         except ProtocolError as exc:
             return error_frame(0, exc.code, str(exc)), None
-        reply, close = self.session.handle(encode(frame))
-        return decode_server_frame(reply), close
+        return self.session.serve(frame)
 
 
 class OpenEnvCompat:

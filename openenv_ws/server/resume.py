@@ -3,7 +3,8 @@
 When a connection drops without the session being closed, the session is
 *parked*: its environment stays as it is for a grace period, waiting for the
 client to come back on a new connection with the ``resume_token`` it got in
-``opened``. After the grace period it is closed and its slot freed.
+``opened``. After the grace period (a check of the process's
+:class:`~openenv_ws.server.expiry.Expiry`) it is closed and its slot freed.
 
 A token is ``<session_id>.<secret>``: the session id finds the session, the
 secret (192 random bits) proves the caller is its client; it is compared in
@@ -12,11 +13,12 @@ constant time. The token stays the same for the session's life.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import secrets
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
+
+from .expiry import Expiry
 
 __all__ = ["ResumeStore"]
 
@@ -34,14 +36,18 @@ class ResumeStore(Generic[S]):
     Args:
         grace: seconds a parked session waits for its client.
         expire: called with a parked session whose grace period ran out.
+        expiry: the process's idle expiry (a new one if None).
     """
 
-    def __init__(self, grace: float, expire: Callable[[S], None]) -> None:
+    def __init__(
+        self, grace: float, expire: Callable[[S], None], expiry: Expiry | None = None
+    ) -> None:
         self.grace = grace
         self._expire = expire
+        self._expiry = expiry if expiry is not None else Expiry()
         self._secrets: dict[str, bytes] = {}
         self._sessions: dict[str, S] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._parked: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -49,7 +55,7 @@ class ResumeStore(Generic[S]):
     @property
     def parked(self) -> int:
         """How many sessions wait for their client now."""
-        return len(self._timers)
+        return len(self._parked)
 
     def mint(self, session: S) -> str:
         """Register `session` as resumable and return its token."""
@@ -66,34 +72,35 @@ class ResumeStore(Generic[S]):
             expected, secret.encode("utf-8", "surrogateescape")
         ):
             return None
-        timer = self._timers.pop(sid, None)
-        if timer is not None:
-            timer.cancel()
+        self._unpark(sid)
         return self._sessions[sid]
 
     def park(self, session: S) -> None:
         """Keep `session` for the grace period, then hand it to ``expire``."""
-        loop = asyncio.get_running_loop()
         sid = session.session_id
-        self._timers[sid] = loop.call_later(self.grace, self._timeout, sid)
+        self._parked.add(sid)
+        self._expiry.after(("parked", sid), self.grace, lambda now: self._timeout(sid))
 
     def is_parked(self, session: S) -> bool:
-        return session.session_id in self._timers
+        return session.session_id in self._parked
 
     def forget(self, session: S) -> None:
         """`session` is gone for good: its token no longer resumes anything."""
         sid = session.session_id
         self._secrets.pop(sid, None)
         self._sessions.pop(sid, None)
-        timer = self._timers.pop(sid, None)
-        if timer is not None:
-            timer.cancel()
+        self._unpark(sid)
 
     def parked_sessions(self) -> list[S]:
-        return [self._sessions[sid] for sid in self._timers]
+        return [self._sessions[sid] for sid in self._parked]
+
+    def _unpark(self, sid: str) -> None:
+        if sid in self._parked:
+            self._parked.discard(sid)
+            self._expiry.cancel(("parked", sid))
 
     def _timeout(self, sid: str) -> None:
-        self._timers.pop(sid, None)
+        self._parked.discard(sid)
         session = self._sessions.get(sid)
         if session is not None:
             self._expire(session)

@@ -1,0 +1,94 @@
+"""The limits of a server process and the sessions it hosts (shared by every transport)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION
+from ._session import ServerSession
+
+__all__ = ["ServerLimits", "SessionRegistry"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Limits of one server process.
+
+    Attributes:
+        max_sessions: sessions hosted at once; the next ``open`` gets ``capacity``.
+        max_frame_size: largest request frame in bytes (larger: close 1009).
+        idle_timeout: seconds a connection may go without sending a request
+            before the server closes it (``idle_timeout``, close 1001); None: never.
+        resume_grace: seconds a session whose connection dropped waits for its
+            client to resume it; 0 or None: sessions end with their connection.
+        drain_timeout: seconds a draining server waits for replies still being
+            written before it closes what is left.
+        http_session_ttl: seconds an HTTP session (fallback routes or OpenEnv's
+            HTTP routes) may go without a request before it is closed; None: never.
+        step_timeout: seconds one call of an environment that is not inline
+            (:attr:`~openenv_ws.environment.Environment.inline`) may take; a call
+            past it ends its session with ``step_timeout``. None: no deadline.
+        cold_open_share: the largest fraction of time spent building
+            environments for opens the warm pool cannot serve (they hold the
+            GIL); the next such open waits its turn (1: no pacing). Also paces
+            the warm pool's background builds.
+        cold_open_queue: opens that may wait for their turn to build at once;
+            the next gets ``capacity`` (close 1013).
+        open_timeout: seconds a WebSocket connection may go without opening a
+            session before the server closes it (``idle_timeout``, close 1001,
+            the reason naming the open timeout); None: never.
+    """
+
+    max_sessions: int = 1024
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    idle_timeout: float | None = 600.0
+    resume_grace: float | None = 30.0
+    drain_timeout: float = 10.0
+    http_session_ttl: float | None = 300.0
+    step_timeout: float | None = 60.0
+    cold_open_share: float = 0.25
+    cold_open_queue: int = 256
+    open_timeout: float | None = 60.0
+
+
+@dataclass(slots=True)
+class SessionRegistry:
+    """The sessions a server process hosts right now, and its counters."""
+
+    limits: ServerLimits
+    active: set[ServerSession] = field(default_factory=set)
+    opened_total: int = 0
+    #: Called after every admit and release (e.g. to publish counts to other workers).
+    on_change: Callable[[SessionRegistry], None] | None = None
+
+    def admit(self, session: ServerSession) -> tuple[str, str] | None:
+        """Take `session` in, or say why not (``capacity``)."""
+        if len(self.active) >= self.limits.max_sessions:
+            return (
+                "capacity",
+                f"the server hosts its maximum of {self.limits.max_sessions} sessions; "
+                "retry later or use another server",
+            )
+        self.active.add(session)
+        self.opened_total += 1
+        if self.on_change is not None:
+            self.on_change(self)
+        return None
+
+    def release(self, session: ServerSession) -> None:
+        self.active.discard(session)
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "protocol": PROTOCOL_VERSION,
+            "sessions": len(self.active),
+            "max_sessions": self.limits.max_sessions,
+            "opened_total": self.opened_total,
+            "pid": os.getpid(),
+        }
