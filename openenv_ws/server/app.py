@@ -166,14 +166,7 @@ def create_app(
         metrics.peers = board.other_metrics
         metrics.worker = lambda: board.index
     http_sessions = HTTPSessionStore(
-        session_factory,
-        admit=registry.admit,
-        release=registry.release,
-        ttl=registry.limits.http_session_ttl,
-        max_frame_size=registry.limits.max_frame_size,
-        step_timeout=registry.limits.step_timeout,
-        cold_opens=supervisor.cold_opens,
-        expiry=supervisor.expiry,
+        session_factory, registry, cold_opens=supervisor.cold_opens, expiry=supervisor.expiry
     )
     openenv = OpenEnvCompat(http_sessions, openenv_config, __version__)
 

@@ -63,6 +63,7 @@ from ._offload import call
 from ._pacing import ColdOpens
 from ._session import ServerSession
 from .expiry import Expiry
+from .registry import SessionRegistry
 from .replay import ReplayCache
 
 __all__ = [
@@ -140,14 +141,11 @@ class HTTPSessionStore:
 
     Args:
         env_factory: makes the environment of each session.
-        admit: the registry's admission (shared with WebSocket sessions, so
-            the session limit counts both).
-        release: the registry's release.
-        ttl: seconds without a request after which a session is closed
-            (None: never).
-        max_frame_size: largest request frame, in bytes.
-        step_timeout: seconds one call of an environment that is not inline
-            may take (served on the session's worker thread; None: no deadline).
+        registry: the process's sessions (shared with WebSocket sessions, so
+            the session limit counts both) and its limits: the TTL
+            (``http_session_ttl``: seconds without a request after which a
+            session is closed; None: never), the frame size and the
+            ``step_timeout`` of environments that are not inline.
         cold_opens: the turns of opens that build their environment (shared
             with the WebSocket sessions); None: opens are not paced.
         expiry: the process's idle expiry, which closes the sessions past the
@@ -158,24 +156,21 @@ class HTTPSessionStore:
     def __init__(
         self,
         env_factory: EnvFactory,
+        registry: SessionRegistry,
         *,
-        admit: Callable[[ServerSession], tuple[str, str] | None] | None,
-        release: Callable[[ServerSession], None] | None,
-        ttl: float | None,
-        max_frame_size: int,
-        step_timeout: float | None = None,
         cold_opens: ColdOpens | None = None,
         expiry: Expiry | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        limits = registry.limits
+        ttl = limits.http_session_ttl
         if ttl is not None and ttl <= 0:
             raise ValueError(f"ttl must be positive seconds or None, got {ttl!r}")
         self.env_factory = env_factory
-        self._admit = admit
-        self._release = release
+        self.registry = registry
         self.ttl = ttl
-        self.max_frame_size = max_frame_size
-        self.step_timeout = step_timeout
+        self.max_frame_size = limits.max_frame_size
+        self.step_timeout = limits.step_timeout
         self.cold_opens = cold_opens
         self._clock = clock
         self._entries: OrderedDict[str, HTTPEntry] = OrderedDict()
@@ -192,8 +187,8 @@ class HTTPSessionStore:
         session = ServerSession(
             self.env_factory,
             max_frame_size=self.max_frame_size,
-            admit=self._admit,
-            release=self._release,
+            admit=self.registry.admit,
+            release=self.registry.release,
         )
         session.replay = ReplayCache(sticky=True)
         return session

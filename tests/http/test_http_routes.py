@@ -28,7 +28,7 @@ from openenv_ws.protocol import (
     decode_server_frame,
     encode,
 )
-from openenv_ws.server import ServerLimits, create_app
+from openenv_ws.server import ServerLimits, SessionRegistry, create_app
 from openenv_ws.server.http import HTTP_STATUS, HTTPSessionStore, http_status
 from openenv_ws.testing import FakeEnvironment, fake_factory
 from tests.conftest import UNIT
@@ -247,15 +247,8 @@ class Clock:
 
 def test_the_store_expires_idle_sessions_in_order_of_last_use() -> None:
     clock = Clock()
-    closed: list[str] = []
-    store = HTTPSessionStore(
-        fake_factory,
-        admit=None,
-        release=lambda s: closed.append(s.session_id),
-        ttl=10.0,
-        max_frame_size=1 << 20,
-        clock=clock,
-    )
+    registry = SessionRegistry(ServerLimits(http_session_ttl=10.0))
+    store = HTTPSessionStore(fake_factory, registry, clock=clock)
     sessions = []
     for _ in range(3):
         session = store.new_session()
@@ -267,6 +260,7 @@ def test_the_store_expires_idle_sessions_in_order_of_last_use() -> None:
     clock.now = 112.5  # sessions[1] (101) and sessions[2] (102) are idle for more than 10 s
     assert store.expire() == 2
     assert len(store) == 1 and store.get(sessions[0]) is not None
+    assert len(registry.active) == 1  # the expired sessions' slots are free
     assert store.missing(sessions[1])[0] == "idle_timeout"
     assert store.missing("never-seen")[0] == "not_open"
     assert store.expire() == 0
@@ -287,4 +281,4 @@ def test_the_background_sweeper_expires_abandoned_sessions() -> None:
 
 def test_a_store_refuses_a_nonsense_ttl() -> None:
     with pytest.raises(ValueError, match="ttl must be positive"):
-        HTTPSessionStore(fake_factory, admit=None, release=None, ttl=0, max_frame_size=1)
+        HTTPSessionStore(fake_factory, SessionRegistry(ServerLimits(http_session_ttl=0)))
