@@ -13,6 +13,7 @@ past the end leaves the allocation.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import socket
@@ -185,9 +186,10 @@ def drain(sock: socket.socket) -> bytes:
 def exchange_once(stream: bytes, rng: random.Random) -> None:
     """One exchange over a socket pair: part of `stream` already buffered, the rest to read.
 
-    The buffer's size, offsets and frame size limit and the request are random.
-    The answer is the result the stream starts with, as the Python framer and
-    decoder read it; or FALLBACK with every byte read kept in the buffer after
+    The buffer's size, offsets and frame size limit, the request and whether
+    the peer's end closes are random. The answer is the result the stream
+    starts with, as the Python framer and decoder read it; or FALLBACK (TIMEOUT
+    while the peer stays open) with every byte read kept in the buffer after
     the ones that were there.
     """
     size = rng.choice((2, 16, 300, 4096, 1 << 17))
@@ -199,11 +201,20 @@ def exchange_once(stream: bytes, rng: random.Random) -> None:
     request = (
         None if rng.random() < 0.3 else rng.randbytes(rng.choice((0, 5, 125, 126, 4096, 4097)))
     )
+    if rng.random() < 0.05:  # offsets that do not fit the buffer are refused
+        bad = rng.choice(((-1, 0), (1, 0), (0, size + 1), (size + 1, size + 1)))
+        with pytest.raises(ValueError, match="offsets"):
+            wire.exchange(buf, *bad, -1, request, 0.0, max_size)
+        return
+    closes = rng.random() < 0.95
     ours, peer = socket.socketpair()
     with ours, peer:
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 30, 0))
+        # Without the peer's close, waiting for more ends at once (no byte is coming).
+        wait = struct.pack("ll", 30, 0) if closes else struct.pack("ll", 0, 1000)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, wait)
         peer.sendall(stream[len(buffered) :])
-        peer.shutdown(socket.SHUT_WR)
+        if closes:
+            peer.shutdown(socket.SHUT_WR)
         spin = rng.choice((0.0, 0.0002))
         new_start, end, out = wire.exchange(
             buf, start, start + len(buffered), ours.fileno(), request, spin, max_size
@@ -222,11 +233,29 @@ def exchange_once(stream: bytes, rng: random.Random) -> None:
         assert new_start == start + frame[1]
         same_result(out, frame[2])
     else:
-        assert out == (wire.FALLBACK,)
+        assert out == (wire.FALLBACK,) or (not closes and out == (wire.TIMEOUT,))
         assert new_start == start
         assert bytes(buf[start:end]) == stream[: end - start]
         if frame is not None and frame[0] == 0x82 and start + frame[1] <= size:
             assert wire.parse_result(frame[2]) is None  # a result that fits is taken
+
+
+def test_the_exchange_reports_a_descriptor_it_cannot_use() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        for fd, request, code in (
+            (write_end, b"x", wire.SEND_FAILED),
+            (read_end, None, wire.RECV_FAILED),
+        ):
+            buf = bytearray(64)
+            assert wire.exchange(buf, 0, 0, fd, request, 0.0, 1 << 20) == (
+                0,
+                0,
+                (code, errno.ENOTSOCK),
+            )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 def test_the_exchange_reads_frames_as_python_does_or_leaves_them() -> None:
