@@ -196,8 +196,7 @@ def exchange_once(stream: bytes, rng: random.Random) -> None:
     max_size = rng.choice((100, 1 << 20))
     start = rng.randint(0, size // 2)
     buffered = stream[: rng.randint(0, min(len(stream), size - start))]
-    buf = bytearray(rng.randbytes(size))
-    buf[start : start + len(buffered)] = buffered
+    buf = exact(rng.randbytes(start) + buffered + rng.randbytes(size - start - len(buffered)))
     request = (
         None if rng.random() < 0.3 else rng.randbytes(rng.choice((0, 5, 125, 126, 4096, 4097)))
     )
@@ -235,7 +234,7 @@ def exchange_once(stream: bytes, rng: random.Random) -> None:
     else:
         assert out == (wire.FALLBACK,) or (not closes and out == (wire.TIMEOUT,))
         assert new_start == start
-        assert bytes(buf[start:end]) == stream[: end - start]
+        assert buf[start:end].tobytes() == stream[: end - start]
         if frame is not None and frame[0] == 0x82 and start + frame[1] <= size:
             assert wire.parse_result(frame[2]) is None  # a result that fits is taken
 
