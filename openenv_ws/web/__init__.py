@@ -1,8 +1,8 @@
 """The web page: watch or play a session in a browser, over the session WebSocket.
 
-The page (``static/``: ``index.html``, ``app.js``, ``style.css``, ``session.js``
-and ``protocol.js`` over ``msgpack.js``, a dependency-free protocol v1 codec,
-all ES modules) opens its own session on
+The page (``static/``: ``index.html``, ``app.js``, ``style.css``, ``screen.js``,
+``session.js`` and ``protocol.js`` over ``msgpack.js``, a dependency-free
+protocol v1 codec, all ES modules) opens its own session on
 ``/ws`` like any other client. Everything it loads comes from this package:
 no CDN, no network beyond the server that serves it.
 

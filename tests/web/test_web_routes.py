@@ -39,7 +39,9 @@ def test_home_redirects_to_the_page(client: TestClient) -> None:
     assert page.headers["content-type"].startswith("text/html")
 
 
-@pytest.mark.parametrize("name", ["app.js", "msgpack.js", "protocol.js", "session.js", "style.css"])
+@pytest.mark.parametrize(
+    "name", ["app.js", "msgpack.js", "protocol.js", "screen.js", "session.js", "style.css"]
+)
 def test_static_files_are_served_with_their_type(client: TestClient, name: str) -> None:
     r = client.get(f"/web/{name}")
     assert r.status_code == 200
@@ -85,7 +87,14 @@ def test_page_references_only_its_own_files() -> None:
         refs |= set(re.findall(r'(?:src|href)="([^"]+)"', text))
         refs |= set(re.findall(r'from "\./([^"]+)"', text))
     local = {r for r in refs if not r.startswith("data:")}
-    assert local == {"style.css", "app.js", "msgpack.js", "protocol.js", "session.js"}
+    assert local == {
+        "style.css",
+        "app.js",
+        "msgpack.js",
+        "protocol.js",
+        "screen.js",
+        "session.js",
+    }
     assert local <= set(STATIC_FILES)
 
 

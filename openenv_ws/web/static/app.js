@@ -1,6 +1,7 @@
-// The page: one session over the server's /ws endpoint (protocol v1), drawn
-// on a canvas, played from the keyboard or by a random agent.
+// The page: one session over the server's /ws endpoint (protocol v1, session.js),
+// drawn on a canvas (screen.js), played from the keyboard or by a random agent.
 import { NDArray, PROTOCOL_VERSION, ProtocolError } from "./protocol.js";
+import { Screen } from "./screen.js";
 import { RemoteError, Session } from "./session.js";
 
 const $ = (id) => document.getElementById(id);
@@ -38,7 +39,8 @@ const ui = {
     session: $("stat-session"),
   },
 };
-const ctx = ui.screen.getContext("2d");
+const screen = new Screen(ui.screen, ui.bytes);
+const draw = (obs) => screen.draw(obs, Number(ui.scale.value));
 
 // ----------------------------------------------------------------- state
 
@@ -65,87 +67,6 @@ const setStatus = (text, error = false) => {
   ui.status.classList.toggle("error", error);
 };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-// ----------------------------------------------------------------- drawing
-
-let image = null;
-
-function imageData(w, h) {
-  if (image === null || image.width !== w || image.height !== h) {
-    ui.screen.width = w;
-    ui.screen.height = h;
-    image = ctx.createImageData(w, h);
-  }
-  return image;
-}
-
-// Values of any dtype as 0..255 bytes: uint8 as is, the rest stretched over their range.
-function asBytes(arr) {
-  if (arr.dtype === "uint8") return arr.data;
-  const values = Array.from(arr.data, Number);
-  const lo = Math.min(...values);
-  const hi = Math.max(...values);
-  const span = hi > lo ? hi - lo : 1;
-  return Uint8ClampedArray.from(values, (v) => ((v - lo) * 255) / span);
-}
-
-function draw(obs) {
-  if (!(obs instanceof NDArray)) return;
-  const scale = Number(ui.scale.value);
-  const shape = obs.shape;
-  const src = asBytes(obs);
-  let w;
-  let h;
-  let cell;
-  if (shape.length === 3 && (shape[2] === 3 || shape[2] === 4)) {
-    [h, w] = shape;
-    const c = shape[2];
-    const px = imageData(w, h).data;
-    for (let i = 0, j = 0; i < w * h; i++, j += c) {
-      px[4 * i] = src[j];
-      px[4 * i + 1] = src[j + 1];
-      px[4 * i + 2] = src[j + 2];
-      px[4 * i + 3] = 255;
-    }
-    cell = scale;
-  } else if (shape.length === 2) {
-    [h, w] = shape;
-    const px = imageData(w, h).data;
-    for (let i = 0; i < w * h; i++) {
-      px[4 * i] = px[4 * i + 1] = px[4 * i + 2] = src[i];
-      px[4 * i + 3] = 255;
-    }
-    cell = scale;
-  } else {
-    // A vector (e.g. the 128 bytes of Atari RAM): a grid of cells, 16 per row.
-    const n = src.length;
-    w = Math.min(16, Math.max(1, n));
-    h = Math.max(1, Math.ceil(n / w));
-    const px = imageData(w, h).data;
-    px.fill(0);
-    for (let i = 0; i < n; i++) {
-      px[4 * i] = px[4 * i + 1] = px[4 * i + 2] = src[i];
-      px[4 * i + 3] = 255;
-    }
-    cell = 8 * scale;
-    showBytes(obs);
-  }
-  ui.bytes.hidden = shape.length === 2 || shape.length === 3;
-  ctx.putImageData(image, 0, 0);
-  ui.screen.style.width = `${w * cell}px`;
-  ui.screen.style.height = `${h * cell}px`;
-}
-
-function showBytes(obs) {
-  const hex = obs.dtype === "uint8";
-  const cells = Array.from(obs.data, (v) => (hex ? Number(v).toString(16).padStart(2, "0") : String(v)));
-  const rows = [];
-  for (let i = 0; i < cells.length; i += 16) {
-    const offset = i.toString(16).padStart(4, "0");
-    rows.push(`${offset}  ${cells.slice(i, i + 16).join(" ")}`);
-  }
-  ui.bytes.textContent = rows.join("\n");
-}
 
 // ----------------------------------------------------------------- stats
 
@@ -486,13 +407,7 @@ ui.actions.addEventListener("click", (event) => {
   else stepOnce(a);
   ui.screen.focus();
 });
-ui.scale.addEventListener("change", () => {
-  if (image !== null) {
-    const cell = ui.bytes.hidden ? Number(ui.scale.value) : 8 * Number(ui.scale.value);
-    ui.screen.style.width = `${image.width * cell}px`;
-    ui.screen.style.height = `${image.height * cell}px`;
-  }
-});
+ui.scale.addEventListener("change", () => screen.rescale(Number(ui.scale.value)));
 window.addEventListener("pagehide", () => game.session?.ws.close(1000));
 
 // ----------------------------------------------------------------- start-up
