@@ -15,16 +15,8 @@ same episode without loading again.
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import hmac
 import json
 import logging
-import math
-import os
-import re
-import secrets
-import struct
 import sys
 import uuid
 from collections.abc import Callable, Mapping
@@ -45,170 +37,19 @@ from openenv_ws.errors import (
     ProtocolError,
 )
 
+from .ale_state import CLOCK_SEED, PostLoadState, RepeatTracker
+from .config import normalize_config
 from .palettes import palette_of
+from .snapshots import open_seal, seal
 
-__all__ = [
-    "DEFAULT_CONFIG",
-    "MAX_FRAMES",
-    "MAX_FRAMESKIP",
-    "MAX_GAME_NAME",
-    "SNAPSHOT_KEY_ENV",
-    "AtariEnvironment",
-    "atari_factory",
-    "games",
-    "normalize_config",
-]
-
-#: Every option an Atari session accepts, with its default (those of ``ALE/<Game>-v5``).
-DEFAULT_CONFIG: Mapping[str, Any] = {
-    "game": "pong",
-    "obs_type": "rgb",
-    "frameskip": 4,
-    "repeat_action_probability": 0.25,
-    "full_action_space": False,
-    "mode": None,
-    "difficulty": None,
-    "max_episode_steps": None,
-    "max_num_frames_per_episode": 108_000,
-}
-
-#: Most emulator frames one agent step may run (``frameskip``, or a pair's ``high - 1``):
-#: a step holds the event loop for about 43 us a frame, so 64 frames is about 3 ms.
-MAX_FRAMESKIP = 64
-#: Largest ``max_num_frames_per_episode`` and ``max_episode_steps`` (ALE's counters are C ints).
-MAX_FRAMES = 2**31 - 1
-#: Longest ``game`` string accepted, in characters.
-MAX_GAME_NAME = 64
-
-#: Environment variable holding the key that signs snapshots. Servers whose
-#: workers must accept each other's snapshots set the same value in each; when
-#: unset, every process draws its own key and accepts only its own snapshots.
-SNAPSHOT_KEY_ENV = "OPENENV_WS_SNAPSHOT_KEY"
+__all__ = ["AtariEnvironment"]
 
 logger = logging.getLogger("atari")
 
-_OBS_TYPES = ("rgb", "grayscale", "ram")
-# Bundled ROMs that only run in ALE's multi-player mode; ale-py registers no v5 env for them.
-_MULTIPLAYER_ONLY = frozenset({"combat", "joust", "maze_craze", "warlords"})
 _ACTION_NAMES: dict[Any, str] = {a: name for name, a in ale_py.Action.__members__.items()}
 _NO_STEP_LIMIT = sys.maxsize
 
 ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
-
-
-def games() -> list[str]:
-    """The ids of the bundled games a session can open, sorted (e.g. ``"pong"``)."""
-    return sorted(set(roms.get_all_rom_ids()) - _MULTIPLAYER_ONLY)
-
-
-def _squash(name: str) -> str:
-    return name.replace("_", "").lower()
-
-
-_BY_SQUASHED: dict[str, str] = {_squash(g): g for g in games()}
-_GYM_ID = re.compile(r"(?:ALE/)?(?P<name>[A-Za-z0-9_]+?)(?:-v\d+)?")
-
-
-def _game_id(value: Any) -> str:
-    if type(value) is not str or len(value) > MAX_GAME_NAME:
-        raise EnvConfigError(
-            f"option 'game' must be a string of at most {MAX_GAME_NAME} characters "
-            f"such as 'pong', got {brief(value)}"
-        )
-    match = _GYM_ID.fullmatch(value.strip())
-    found = _BY_SQUASHED.get(_squash(match["name"])) if match else None
-    if found is not None:
-        return found
-    if match and match["name"].lower() in _MULTIPLAYER_ONLY:
-        raise EnvConfigError(
-            f"option 'game': {brief(value)} is a multi-player-only ROM that ALE cannot run "
-            "single-player; choose another game"
-        )
-    close = difflib.get_close_matches(_squash(value), list(_BY_SQUASHED), n=3, cutoff=0.6)
-    hint = (
-        f"did you mean {', '.join(repr(_BY_SQUASHED[c]) for c in close)}?"
-        if close
-        else "see atari.games() or `openenv-ws games` for the list"
-    )
-    raise EnvConfigError(f"option 'game': unknown game {brief(value)}; {hint}")
-
-
-def _int_or_none(
-    config: Mapping[str, Any], key: str, *, minimum: int, maximum: int = MAX_FRAMES
-) -> int | None:
-    value = config[key]
-    if value is None:
-        return None
-    if type(value) is not int or not minimum <= value <= maximum:
-        raise EnvConfigError(
-            f"option {key!r} must be an integer >= {minimum} and <= {maximum} "
-            f"({minimum}..{maximum}) or null, got {brief(value)}"
-        )
-    return value
-
-
-def _frameskip(value: Any) -> int | list[int]:
-    if type(value) is int and 0 < value <= MAX_FRAMESKIP:
-        return value
-    if (
-        isinstance(value, list | tuple)
-        and len(value) == 2
-        and all(type(v) is int for v in value)
-        and 0 < value[0] < value[1] <= MAX_FRAMESKIP + 1
-    ):
-        return [value[0], value[1]]
-    raise EnvConfigError(
-        f"option 'frameskip' must be a positive integer up to {MAX_FRAMESKIP} (1..{MAX_FRAMESKIP}) "
-        "or a pair [low, high] "
-        f"with 0 < low < high <= {MAX_FRAMESKIP + 1} (frames drawn uniformly from "
-        f"low..high-1), got {brief(value)}"
-    )
-
-
-def normalize_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check an Atari config and return the effective one (every option, plain values).
-
-    Only ``mode`` and ``difficulty`` are left unchecked: their allowed values
-    depend on the game, so :class:`AtariEnvironment` checks them once the ROM
-    is loaded. Equal effective configs make interchangeable environments.
-
-    Raises:
-        EnvConfigError: an unknown option or a bad value; the message names both.
-    """
-    config = dict(config or {})
-    unknown = sorted(set(config) - set(DEFAULT_CONFIG))
-    if unknown:
-        raise EnvConfigError(
-            f"unknown Atari option(s) {brief_keys(unknown)}; "
-            f"known options: {', '.join(DEFAULT_CONFIG)}"
-        )
-    merged = {**DEFAULT_CONFIG, **config}
-    obs_type = merged["obs_type"]
-    if obs_type not in _OBS_TYPES or type(obs_type) is not str:
-        raise EnvConfigError(
-            f"option 'obs_type' must be one of {', '.join(_OBS_TYPES)}, got {brief(obs_type)}"
-        )
-    rap = merged["repeat_action_probability"]
-    if type(rap) not in (int, float) or not 0.0 <= rap <= 1.0:
-        raise EnvConfigError(
-            f"option 'repeat_action_probability' must be a number in [0, 1], got {brief(rap)}"
-        )
-    if type(merged["full_action_space"]) is not bool:
-        raise EnvConfigError(
-            "option 'full_action_space' must be true or false, "
-            f"got {brief(merged['full_action_space'])}"
-        )
-    return {
-        "game": _game_id(merged["game"]),
-        "obs_type": obs_type,
-        "frameskip": _frameskip(merged["frameskip"]),
-        "repeat_action_probability": float(rap),
-        "full_action_space": merged["full_action_space"],
-        "mode": _int_or_none(merged, "mode", minimum=0),
-        "difficulty": _int_or_none(merged, "difficulty", minimum=0),
-        "max_episode_steps": _int_or_none(merged, "max_episode_steps", minimum=1),
-        "max_num_frames_per_episode": _int_or_none(merged, "max_num_frames_per_episode", minimum=1),
-    }
 
 
 class AtariEnvironment(Environment):
@@ -263,7 +104,7 @@ class AtariEnvironment(Environment):
             ale.setInt("max_num_frames_per_episode", cfg["max_num_frames_per_episode"])
         seeds = self._seed_game(None)
         ale.loadROM(self._rom_path)
-        self._post_load = _PostLoadState.capture(ale, seeds[1])
+        self._post_load = PostLoadState.capture(ale, seeds[1])
         self._modes = [int(m) for m in ale.getAvailableModes()]
         self._difficulties = [int(d) for d in ale.getAvailableDifficulties()]
         self._check_choice("mode", self._mode, self._modes)
@@ -328,7 +169,7 @@ class AtariEnvironment(Environment):
         self._running = False
         # After a restore the emulator's screen buffer is stale until the next frame.
         self._restored_screen: np.ndarray[Any, Any] | None = None
-        self._repeats = _RepeatTracker(self._config["repeat_action_probability"], self._skip)
+        self._repeats = RepeatTracker(self._config["repeat_action_probability"], self._skip)
         self._record_action = self._repeats.actions.append
         self._record_frames = self._repeats.frames.append
         self._get_obs = self._full_obs
@@ -369,7 +210,7 @@ class AtariEnvironment(Environment):
         """Back to the state the constructor leaves, without loading the ROM again.
 
         The emulator gets the state a load leaves for new random seeds (as a
-        seeded reset does, see :class:`_PostLoadState`), so the next session
+        seeded reset does, see :class:`PostLoadState`), so the next session
         cannot tell it from a new instance. False after close, or for the games
         whose load state cannot be rebuilt (they are loaded anew instead).
         """
@@ -377,7 +218,7 @@ class AtariEnvironment(Environment):
         if ale is None or self._post_load is None:
             return False
         seeds = self._seed_game(None)
-        if seeds[1] == _CLOCK_SEED:  # ALE would seed from the clock: only a load does that
+        if seeds[1] == CLOCK_SEED:  # ALE would seed from the clock: only a load does that
             return False
         ale.restoreState(self._post_load.state(seeds[1]))
         self._apply_mode()
@@ -464,7 +305,7 @@ class AtariEnvironment(Environment):
                     code="bad_request",
                 )
             seeds = self._seed_game(seed)
-            if self._post_load is None or seeds[1] == _CLOCK_SEED:
+            if self._post_load is None or seeds[1] == CLOCK_SEED:
                 ale.loadROM(self._rom_path)
             else:
                 # Loading costs ~0.1 s with the GIL held, stalling every session of the process.
@@ -589,11 +430,11 @@ class AtariEnvironment(Environment):
         """The emulator state (with its random generator) and the episode counters.
 
         The bytes are signed with the process's snapshot key (see
-        :data:`SNAPSHOT_KEY_ENV`); :meth:`restore` refuses anything else, so
+        :data:`~atari.snapshots.SNAPSHOT_KEY_ENV`); :meth:`restore` refuses anything else, so
         a snapshot from the network never reaches the emulator's decoder.
 
         With sticky actions ALE keeps the action it may repeat outside its
-        saved state; the snapshot records it too (see :class:`_RepeatTracker`),
+        saved state; the snapshot records it too (see :class:`RepeatTracker`),
         and taking a snapshot leaves the running episode unchanged.
         """
         ale = self._live()
@@ -616,7 +457,7 @@ class AtariEnvironment(Environment):
             "repeat_action": int(repeat.value),
             "rng": self._rng.bit_generator.state,
         }
-        return _seal(json.dumps(header).encode(), serialized, screen.tobytes())
+        return seal(json.dumps(header).encode(), serialized, screen.tobytes())
 
     def restore(self, snapshot: bytes) -> EnvResult:
         """Continue from a :meth:`snapshot`; the episode then replays identically.
@@ -629,7 +470,7 @@ class AtariEnvironment(Environment):
                 this server (wrong key, damaged, or another game).
         """
         ale = self._live()
-        header_bytes, state_bytes, screen_bytes = _open_seal(snapshot)
+        header_bytes, state_bytes, screen_bytes = open_seal(snapshot)
         try:
             header = json.loads(header_bytes)
             game, steps, episode_id = header["game"], header["step_count"], header["episode_id"]
@@ -693,219 +534,3 @@ class AtariEnvironment(Environment):
             "_full_obs",
         ):
             self.__dict__.pop(name, None)
-
-
-# Environment random generator text inside a serialized ALEState: std::mt19937's
-# 624 state words and its position, after a 4-byte little-endian length.
-_MT19937_TEXT = re.compile(rb"((?:[0-9]+ ){624})([0-9]+)")
-_DRAW_SCALE = float(1 << 32)
-
-
-def _mt19937_state(serialized: bytes) -> tuple[np.ndarray[Any, Any], int] | None:
-    matches = list(_MT19937_TEXT.finditer(serialized))
-    if not matches:
-        return None
-    found = matches[-1]  # the environment's generator is saved after the system's
-    start, text = found.start(), found.group(0)
-    if serialized[start - 4 : start] != len(text).to_bytes(4, "little"):
-        return None
-    return np.array(found.group(1).split(), dtype=np.uint32), int(found.group(2))
-
-
-# ALEState.serialize(): six 4-byte ints (paddles, frame numbers, mode, difficulty),
-# the emulator's state as a length-prefixed string, then two ints (paddle limits).
-_OUTER_INTS = 24
-_U32 = struct.Struct("<I")
-# ALE reads a random_seed of -1 (this unsigned seed, signed) as "seed from the clock".
-_CLOCK_SEED = (1 << 32) - 1
-
-
-class _PostLoadState:
-    """The state ``loadROM`` leaves, for any seed, without loading again.
-
-    ``random_seed`` only seeds the environment generator (std::mt19937, the one
-    sticky actions draw from); the system generator has a fixed seed of its
-    own. Until a load first draws from the environment generator it runs the
-    same for every seed, so a load that draws nothing sets up the same state
-    for every seed but for that generator, whose text is the last field of the
-    serialized state: a load with seed ``s`` leaves this state with the text of
-    a freshly seeded mt19937 in its place. ``reset_game`` resets the system and
-    starts the episode as after a real load.
-
-    :meth:`capture` checks that its load drew nothing (true of all bundled
-    games but those whose ROM settings press buttons while loading, such as
-    Berzerk): the captured generator must be the freshly seeded one.
-    """
-
-    __slots__ = ("_generator", "_head", "_inner", "_tail")
-
-    def __init__(self, head: bytes, inner: bytes, tail: bytes) -> None:
-        self._head, self._inner, self._tail = head, inner, tail
-        # Re-seeding one RandomState costs a quarter of making one.
-        self._generator = np.random.RandomState()
-
-    @classmethod
-    def capture(cls, ale: ale_py.ALEInterface, ale_seed: int) -> _PostLoadState | None:
-        """Split the state of a load seeded with ``ale_seed``; None for an unknown layout."""
-        serialized = ale.cloneState(include_rng=True).serialize()
-        matches = list(_MT19937_TEXT.finditer(serialized))
-        inner_start = _OUTER_INTS + _U32.size
-        if not matches or matches[-1].start() - _U32.size < inner_start:
-            return None
-        start, end = matches[-1].span()
-        if _U32.unpack_from(serialized, _OUTER_INTS)[0] != end - inner_start:
-            return None  # the generator is not the emulator state's last field
-        post_load = cls(
-            serialized[:_OUTER_INTS], serialized[inner_start : start - _U32.size], serialized[end:]
-        )
-        # Rebuilt with the load's own seed it must give back ALE's exact bytes: this
-        # checks the layout and that numpy's legacy seeding is std::mt19937's.
-        return post_load if post_load.serialized(ale_seed) == serialized else None
-
-    def serialized(self, ale_seed: int) -> bytes:
-        """The serialized state a load with ``random_seed`` ``ale_seed`` leaves."""
-        # RandomState seeds an integer the legacy way, std::mt19937's seed(value).
-        self._generator.seed(ale_seed)
-        state = self._generator.get_state(legacy=False)
-        key, pos = state["state"]["key"], state["state"]["pos"]
-        text = f"{' '.join(map(str, key.tolist()))} {pos}".encode()
-        inner_len = len(self._inner) + _U32.size + len(text)
-        return b"".join(
-            (self._head, _U32.pack(inner_len), self._inner, _U32.pack(len(text)), text, self._tail)
-        )
-
-    def state(self, ale_seed: int) -> ale_py.ALEState:
-        """:meth:`serialized` as a state to restore."""
-        return ale_py.ALEState(self.serialized(ale_seed))
-
-
-class _RepeatTracker:
-    """Which action ALE would repeat next: its sticky-action candidate.
-
-    Each frame, ALE draws two numbers from its environment generator (players
-    A and B) and takes player A's new action only when the first draw is at
-    least the repeat probability; otherwise it repeats its candidate, which it
-    does not save in its state. From an anchor (a state whose candidate is
-    known) and the actions sent since, the tracker replays those draws with
-    numpy's MT19937 (the same generator) and checks that it ends where the
-    emulator's generator is, so a replay it cannot confirm is never trusted.
-    """
-
-    __slots__ = (
-        "_anchor",
-        "_anchor_action",
-        "_fixed_frames",
-        "_p",
-        "actions",
-        "frames",
-        "priming_frames",
-    )
-
-    def __init__(self, repeat_probability: float, fixed_frames: range | None) -> None:
-        self._p = repeat_probability
-        self._fixed_frames = None if fixed_frames is None else len(fixed_frames)
-        self._anchor: ale_py.ALEState | None = None
-        self._anchor_action: Any = ale_py.Action.NOOP
-        self.actions: list[Any] = []
-        self.frames: list[int] = []  # frames per step, only for a stochastic frameskip
-        # With p = 0 the candidate never matters and with p = 1 it never changes
-        # (ALE's reset sets NOOP), so only 0 < p < 1 needs tracking and priming.
-        # Priming acts until all frames repeating has probability below 1e-12.
-        sticky = 0.0 < repeat_probability < 1.0
-        self.priming_frames = (
-            min(4096, math.ceil(math.log(1e-12) / math.log(repeat_probability))) if sticky else 0
-        )
-
-    def start(self, source: ale_py.ALEInterface | ale_py.ALEState, action: Any) -> None:
-        """Anchor at the current state of `source`, whose candidate is `action`."""
-        # Cleared in place: the environment holds these lists' bound append methods.
-        self.actions.clear()
-        self.frames.clear()
-        self._anchor_action = action
-        if self.priming_frames:
-            self._anchor = (
-                source.cloneState(include_rng=True)
-                if isinstance(source, ale_py.ALEInterface)
-                else source
-            )
-
-    def guess(self) -> Any:
-        """The candidate if at least one frame of the last step did not repeat."""
-        return self.actions[-1] if self.actions else self._anchor_action
-
-    def candidate(self, serialized_now: bytes) -> Any | None:
-        """The exact candidate, or None if the draws cannot be replayed and confirmed."""
-        if not self.priming_frames or not self.actions:
-            return self._anchor_action
-        assert self._anchor is not None
-        start, now = _mt19937_state(self._anchor.serialize()), _mt19937_state(serialized_now)
-        if start is None or now is None:
-            return None
-        steps = len(self.actions)
-        if self._fixed_frames is not None:
-            frames = np.full(steps, self._fixed_frames)
-        else:
-            frames = np.array(self.frames)
-        generator = np.random.MT19937()
-        generator.state = {"bit_generator": "MT19937", "state": {"key": start[0], "pos": start[1]}}
-        draws = generator.random_raw(2 * int(frames.sum()))
-        replayed = generator.state["state"]
-        if replayed["pos"] != now[1] or not np.array_equal(replayed["key"], now[0]):
-            return None
-        taken = np.flatnonzero(draws[0::2] / _DRAW_SCALE >= self._p)
-        if taken.size == 0:
-            return self._anchor_action
-        step_of_frame = np.repeat(np.arange(steps), frames)
-        return self.actions[int(step_of_frame[taken[-1]])]
-
-
-def atari_factory(config: dict[str, Any]) -> AtariEnvironment:
-    """An :data:`~openenv_ws.environment.EnvFactory` for :class:`AtariEnvironment`."""
-    return AtariEnvironment(config)
-
-
-# ---------------------------------------------------------------------- snapshot envelope
-
-_MAGIC = b"OEWS-ATARI\x00\x01"
-_TAG = hashlib.sha256().digest_size
-# Three parts follow the magic: a JSON header, ALE's serialized state, the screen.
-_LENGTHS = struct.Struct(">III")
-_key: bytes | None = None
-
-
-def _snapshot_key() -> bytes:
-    global _key
-    if _key is None:
-        shared = os.environ.get(SNAPSHOT_KEY_ENV)
-        _key = shared.encode() if shared else secrets.token_bytes(32)
-    return _key
-
-
-def _seal(*parts: bytes) -> bytes:
-    body = b"".join((_MAGIC, _LENGTHS.pack(*map(len, parts)), *parts))
-    return body + hmac.new(_snapshot_key(), body, hashlib.sha256).digest()
-
-
-def _open_seal(data: Any) -> tuple[bytes, ...]:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise BadSnapshot(f"snapshot must be bytes, got {type(data).__name__}")
-    data = bytes(data)
-    offset = len(_MAGIC) + _LENGTHS.size
-    if len(data) < offset + _TAG or not data.startswith(_MAGIC):
-        raise BadSnapshot(
-            "snapshot is not an Atari snapshot of this server; take one with snapshot()"
-        )
-    body, tag = data[:-_TAG], data[-_TAG:]
-    if not hmac.compare_digest(tag, hmac.new(_snapshot_key(), body, hashlib.sha256).digest()):
-        raise BadSnapshot(
-            "snapshot signature does not match: it was damaged or made by another server "
-            f"(servers that share snapshots must share {SNAPSHOT_KEY_ENV})"
-        )
-    lengths = _LENGTHS.unpack_from(body, len(_MAGIC))
-    if offset + sum(lengths) != len(body):
-        raise BadSnapshot("snapshot length fields are inconsistent")
-    parts = []
-    for n in lengths:
-        parts.append(body[offset : offset + n])
-        offset += n
-    return tuple(parts)

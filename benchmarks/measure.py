@@ -273,7 +273,7 @@ def raw_ale(game: str) -> tuple[Any, str]:
     import ale_py
     from ale_py import roms
 
-    from atari.environment import DEFAULT_CONFIG
+    from atari.config import DEFAULT_CONFIG
 
     ale = ale_py.ALEInterface()
     ale.setFloat("repeat_action_probability", DEFAULT_CONFIG["repeat_action_probability"])

@@ -1,43 +1,33 @@
-"""The ``openenv-ws`` command: ``serve``, ``demo``, ``games``, ``bench``."""
+"""The ``openenv-ws`` command: ``serve``, ``bench``, and the subcommands plugins add
+(the Atari plugin's ``demo`` and ``games``)."""
 
 from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import logging
 import os
 import secrets
 import sys
-import time
 from collections.abc import Sequence
+from importlib.metadata import EntryPoint
 from typing import Any
 
-from .environment import EnvFactory
+from .environment import Environment
+from .errors import EnvConfigError
+from .registry import DEFAULT_ENV, Command, EnvPlugin, command_entry_points, load_env
 
 __all__ = ["main"]
 
 logger = logging.getLogger("openenv_ws.cli")
 
 
-def _load_factory(spec: str) -> EnvFactory:
-    """``atari``, ``fake`` or ``package.module:callable``."""
-    if spec == "atari":
-        from atari import atari_factory
-
-        return atari_factory
-    if spec == "fake":
-        from .testing import fake_factory
-
-        return fake_factory
-    module_name, _, attr = spec.partition(":")
-    if not attr:
-        raise SystemExit(f"--env must be 'atari', 'fake' or 'module:factory', got {spec!r}")
+def _load_env(spec: str) -> EnvPlugin[Environment]:
+    """``--env``'s environment, or a SystemExit saying why it cannot be loaded."""
     try:
-        factory: EnvFactory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        return load_env(spec)
+    except EnvConfigError as exc:
         raise SystemExit(f"--env {spec!r} cannot be loaded: {exc}") from None
-    return factory
 
 
 def _json_config(text: str, flag: str) -> dict[str, Any]:
@@ -92,24 +82,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cold_open_queue=args.cold_open_queue,
     )
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    openenv_config = _env_config(args, args.openenv_config, "--openenv-config")
-    factory = _load_factory(args.env)
-    warm = _warm_configs(args)
+    plugin = _load_env(args.env)
+    openenv_config = _env_config(plugin, args.openenv_config, "--openenv-config")
+    warm = [_env_config(plugin, text, "--pool-warm") for text in args.pool_warm]
+    warm = warm or [dict(config) for config in plugin.warm]
     board = WorkerBoard(args.workers) if args.workers > 1 else None
-    if board is not None and args.env == "atari":
-        # One key for all workers: a client's sessions may sit on different ones.
-        from atari.environment import SNAPSHOT_KEY_ENV
-
-        os.environ.setdefault(SNAPSHOT_KEY_ENV, secrets.token_hex(32))
+    if board is not None:
+        # One secret for all workers: a client's sessions may sit on different ones.
+        for name in plugin.shared_secrets:
+            os.environ.setdefault(name, secrets.token_hex(32))
 
     def build_app() -> Any:  # in each worker, after the fork
         return create_app(
-            factory,
+            plugin,
             limits=limits,
             web=args.web,
             token=token,
             openenv_config=openenv_config,
-            pool=_warm_pool(args, factory, warm),
+            pool=_warm_pool(args, plugin, warm),
             workers=board,
             allowed_origins=args.allow_origin,
             allowed_hosts=hosts,
@@ -197,116 +187,35 @@ def _port(text: str) -> int:
     return port
 
 
-def _env_config(args: argparse.Namespace, text: str, flag: str) -> dict[str, Any]:
+def _env_config(plugin: EnvPlugin[Environment], text: str, flag: str) -> dict[str, Any]:
     """An environment config given on the command line, checked before serving where the
     environment can check one without building it (Atari): a config it refuses would
     fail every session, or every worker that builds its warm pool."""
     config = _json_config(text, flag)
-    if args.env == "atari":
-        from atari import normalize_config
-
-        from .errors import EnvConfigError
-
+    if plugin.normalize is not None:
         try:
-            normalize_config(config)
+            plugin.normalize(config)
         except EnvConfigError as exc:
             raise SystemExit(f"{flag} {text}: {exc}") from None
     return config
 
 
-def _warm_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The ``--pool-warm`` configs, checked (Atari's default: ``{}``)."""
-    warm = [_env_config(args, text, "--pool-warm") for text in args.pool_warm]
-    if args.env == "atari":
-        warm = warm or [{}]
-    return warm
-
-
-def _warm_pool(args: argparse.Namespace, factory: EnvFactory, warm: list[dict[str, Any]]) -> Any:
-    """The ``--pool-size`` warm pool (None when 0); Atari configs are keyed after normalizing."""
+def _warm_pool(
+    args: argparse.Namespace, plugin: EnvPlugin[Environment], warm: list[dict[str, Any]]
+) -> Any:
+    """The ``--pool-size`` warm pool (None when 0); configs are keyed after normalizing."""
     if args.pool_size <= 0:
         return None
     from .server.pool import WarmPool, normalized_key
 
-    key = None
-    if args.env == "atari":
-        from atari import normalize_config
-
-        key = normalized_key(normalize_config)
     return WarmPool(
-        factory,
+        plugin,
         size=args.pool_size,
-        key=key,
+        key=normalized_key(plugin.normalize) if plugin.normalize is not None else None,
         warm=warm,
         recycle=args.pool_recycle,
         build_share=args.cold_open_share,
     )
-
-
-def _pong_policy(frame: Any) -> int:
-    """Track the ball with the right (green) paddle. Pong's minimal actions:
-    0 NOOP, 1 FIRE, 2 RIGHT (up), 3 LEFT (down), 4 RIGHTFIRE, 5 LEFTFIRE."""
-    import numpy as np
-
-    field = frame[34:194]
-    paddle = np.nonzero((field[:, 140:144, 1] == 186).any(axis=1))[0]
-    ball = np.nonzero((field[:, :140, 0] == 236).any(axis=1))[0]
-    if paddle.size == 0 or ball.size == 0:
-        return 1
-    centre, target = paddle.mean(), ball.mean()
-    if target < centre - 3:
-        return 2
-    if target > centre + 3:
-        return 3
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from atari import AtariEnv
-
-    print(
-        "openenv-ws demo: starting a local server and playing Pong over a WebSocket ...", flush=True
-    )
-    latencies: list[float] = []
-    score = [0, 0]
-    with AtariEnv(game="pong", max_episode_steps=args.max_steps) as env:
-        result = env.reset(seed=args.seed)
-        start = time.perf_counter()
-        while not result.done:
-            action = _pong_policy(result.observation.screen)
-            t0 = time.perf_counter()
-            result = env.step(action)
-            latencies.append(time.perf_counter() - t0)
-            if result.reward > 0:
-                score[0] += int(result.reward)
-            elif result.reward < 0:
-                score[1] += int(-result.reward)
-        elapsed = time.perf_counter() - start
-        state = env.state()
-        path = "through shared memory" if env.shared_memory_used else "over the socket"
-        if env.indexed_frames_used:
-            path = f"as colour codes {path}"
-    lat = np.array(latencies) * 1e6
-    print(
-        f"episode {state.episode_id[:8]}: {state.step_count} steps, "
-        f"score {score[0]} (agent) - {score[1]} (cpu), "
-        f"{'game over' if result.terminated else 'truncated'}"
-    )
-    print(
-        f"{len(lat) / elapsed:,.0f} steps/s; step latency p50 {np.percentile(lat, 50):.0f} us, "
-        f"p99 {np.percentile(lat, 99):.0f} us (RGB 210x160x3 frames {path})"
-    )
-    return 0
-
-
-def cmd_games(args: argparse.Namespace) -> int:
-    from atari import games
-
-    for name in games():
-        print(name)
-    return 0
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -343,7 +252,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind")
     serve.add_argument("--port", type=_port, default=8000, help="port (0: any free port)")
-    serve.add_argument("--env", default="atari", help="atari, fake or module:factory")
+    serve.add_argument(
+        "--env",
+        default=DEFAULT_ENV,
+        help="an installed environment (atari, fake, ...) or module:factory",
+    )
     serve.add_argument(
         "--max-sessions",
         type=int,
@@ -527,7 +440,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="JSON",
-        help="a config to keep warm from the start (repeatable; atari default: '{}')",
+        help="a config to keep warm from the start (repeatable; default: the environment's "
+        "own, atari's is '{}')",
     )
     serve.add_argument(
         "--no-gc-freeze",
@@ -545,27 +459,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=cmd_serve)
 
-    demo = sub.add_parser(
-        "demo",
-        help="play an episode of Pong against an embedded server",
-        formatter_class=_HelpFormatter,
-    )
-    demo.add_argument("--seed", type=int, default=0, help="seed of the episode")
-    demo.add_argument(
-        "--max-steps",
-        type=int,
-        default=None,
-        help="truncate the episode after this many steps (default: play it to the end)",
-    )
-    demo.set_defaults(func=cmd_demo)
-
-    listing = sub.add_parser("games", help="list the bundled Atari games")
-    listing.set_defaults(func=cmd_games)
+    for name, entry in command_entry_points().items():
+        if name not in ("serve", "bench"):  # a plugin adds commands, it does not replace ours
+            _add_command(sub, name, entry)
 
     # The suite parses its own options (openenv-ws bench --help).
     bench = sub.add_parser("bench", help="run the benchmark suite", add_help=False)
     bench.set_defaults(func=cmd_bench, passthrough=True)
     return parser
+
+
+def _add_command(sub: Any, name: str, entry: EntryPoint) -> None:
+    """The subcommand a plugin adds; one that cannot be loaded says why when run."""
+    try:
+        command = entry.load()
+        if not isinstance(command, Command):
+            raise TypeError(f"{entry.value} is not an openenv_ws.registry.Command")
+    except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the other commands
+        reason = f"{name}: the command {entry.value} cannot be loaded: {exc}"
+
+        def broken(args: argparse.Namespace) -> int:
+            raise SystemExit(reason)
+
+        sub.add_parser(name, help=f"(cannot be loaded: {exc})").set_defaults(func=broken)
+        return
+    parser = sub.add_parser(name, help=command.help, formatter_class=_HelpFormatter)
+    command.add_arguments(parser)
+    parser.set_defaults(func=command.run)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

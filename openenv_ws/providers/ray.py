@@ -36,6 +36,7 @@ from typing import Any
 
 from ..environment import EnvFactory
 from ..errors import ServerUnavailable
+from ..registry import DEFAULT_ENV, load_env
 from ._base import fetch_health
 
 __all__ = ["RayProvider", "RayServer", "ServerStatus"]
@@ -68,12 +69,7 @@ class _EnvServer:
 
         ray = _ray_module()
 
-        if isinstance(env, str):
-            from ..cli import _load_factory
-
-            factory = _load_factory(env)
-        else:
-            factory = env
+        factory = load_env(env) if isinstance(env, str) else env
         limits = limits or ServerLimits()
         app = create_app(factory, limits=limits, **app_options)
         # In a cluster the node's own address, so that clients on other nodes reach it.
@@ -118,7 +114,8 @@ class RayProvider:
 
     Args:
         num_servers: actors to start (default: one per ``num_cpus`` CPUs of the cluster).
-        env: what the servers host: ``"atari"``, ``"fake"``, ``"module:factory"``
+        env: what the servers host: an installed environment's name (``"atari"``,
+            ``"fake"``, see :mod:`openenv_ws.registry`), ``"module:factory"``
             or an :data:`~openenv_ws.environment.EnvFactory` (pickled to the actors).
         host: the address each server binds; None (default) binds the node's IP
             so that other machines reach it, ``"127.0.0.1"`` keeps it on its node.
@@ -141,7 +138,7 @@ class RayProvider:
         self,
         num_servers: int | None = None,
         *,
-        env: str | EnvFactory = "atari",
+        env: str | EnvFactory = DEFAULT_ENV,
         host: str | None = None,
         port: int = 0,
         num_cpus: float = 1.0,

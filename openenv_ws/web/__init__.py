@@ -11,12 +11,11 @@ Routes (added by ``create_app(..., web=True)``):
 - ``GET /`` redirects to ``/web/``;
 - ``GET /web/`` serves the page, ``/web/<file>`` its static files;
 - ``GET /web/info`` tells the page the protocol version, the WebSocket path and,
-  for Atari servers, the games and observation types to offer.
+  when the environment's plugin says, the games and observation types to offer.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..environment import EnvFactory
 from ..protocol import PROTOCOL_VERSION, WS_PATH
+from ..registry import EnvPlugin
 
 __all__ = ["STATIC_DIR", "env_choices", "web_routes"]
 
@@ -37,18 +37,14 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 def env_choices(env_factory: EnvFactory) -> dict[str, Any]:
     """What the page offers in its ``open`` config for `env_factory`'s sessions.
 
-    Atari's factory gets its bundled games and observation types; any other
-    factory gets empty lists, and the page sends the config the user types.
+    An :class:`~openenv_ws.registry.EnvPlugin` with ``choices`` (Atari's: its
+    bundled games and observation types) says; any other factory gets empty
+    lists, and the page sends the config the user types.
     """
-    atari = sys.modules.get("atari")  # only a server that imported it can serve Atari
-    if atari is not None and env_factory is getattr(atari, "atari_factory", None):
-        return {
-            "env": "atari",
-            "games": list(atari.games()),
-            "obs_types": ["rgb", "grayscale", "ram"],
-            "defaults": {"game": "pong", "obs_type": "rgb"},
-        }
-    return {"env": None, "games": [], "obs_types": [], "defaults": {}}
+    found: dict[str, Any] = {"env": None, "games": [], "obs_types": [], "defaults": {}}
+    if isinstance(env_factory, EnvPlugin) and env_factory.choices is not None:
+        found.update(env_factory.choices())
+    return found
 
 
 def web_routes(env_factory: EnvFactory) -> list[BaseRoute]:

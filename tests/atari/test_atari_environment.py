@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from atari import AtariEnvironment, atari_factory, games, normalize_config
-from atari.environment import DEFAULT_CONFIG
+from atari.config import DEFAULT_CONFIG
 from openenv_ws.environment import Environment
 from openenv_ws.errors import (
     BadSnapshot,

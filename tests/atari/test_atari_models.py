@@ -15,15 +15,21 @@ from .wire import through_the_wire
 
 
 def test_package_exports() -> None:
-    from atari import client, environment, models
+    from atari import client, config, environment, models, plugin
 
     exported = set(atari.__all__)
     assert set(models.__all__) <= exported
-    assert {"AtariEnvironment", "atari_factory", "games"} <= exported
+    assert {"AtariEnvironment", "atari_factory", "games", "normalize_config"} <= exported
     assert set(client.__all__) <= exported
-    assert exported <= set(environment.__all__) | set(models.__all__) | set(client.__all__)
+    homes = (client, config, environment, models, plugin)
+    assert exported <= set().union(*(module.__all__ for module in homes))
     for name in exported:
-        assert getattr(atari, name) is not None
+        assert getattr(atari, name) is getattr(
+            next(module for module in homes if name in module.__all__), name
+        )
+    assert set(dir(atari)) >= exported
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        atari.nothing  # noqa: B018
 
 
 def test_action_to_wire() -> None:

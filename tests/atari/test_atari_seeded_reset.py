@@ -2,7 +2,7 @@
 
 ale-py reloads the ROM on ``reset(seed=...)``; AtariEnvironment restores the
 post-load state with the emulator's generator seeded as the load would have
-(see ``atari.environment._PostLoadState``). These tests hold it to ale-py's
+(see ``atari.ale_state.PostLoadState``). These tests hold it to ale-py's
 results bit for bit, check that no load happens, and that games whose load
 draws from that generator keep reloading.
 """

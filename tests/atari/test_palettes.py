@@ -11,7 +11,7 @@ import pytest
 from ale_py import roms
 
 from atari import AtariEnvironment
-from atari.environment import games
+from atari.config import games
 from atari.palettes import NTSC_GAMES, PAL_GAMES, palette_of, system_palette
 from openenv_ws._palette import expanded
 

@@ -1,0 +1,37 @@
+"""Atari as an openenv-ws environment plugin (entry point ``atari``, the default)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from openenv_ws.registry import EnvPlugin
+
+from .config import DEFAULT_CONFIG, OBS_TYPES, games, normalize_config
+from .environment import AtariEnvironment
+from .snapshots import SNAPSHOT_KEY_ENV
+
+__all__ = ["atari_factory", "web_choices"]
+
+
+def web_choices() -> Mapping[str, Any]:
+    """What the web page offers: the bundled games and the observation types."""
+    return {
+        "env": "atari",
+        "games": games(),
+        "obs_types": list(OBS_TYPES),
+        "defaults": {"game": DEFAULT_CONFIG["game"], "obs_type": DEFAULT_CONFIG["obs_type"]},
+    }
+
+
+#: Makes an :class:`~atari.environment.AtariEnvironment` from a session's config
+#: (an :data:`~openenv_ws.environment.EnvFactory`). Configs are checked without
+#: a ROM load; servers keep the default game warm; every worker of a server
+#: signs snapshots with one key, so a session resumes on any of them.
+atari_factory: EnvPlugin[AtariEnvironment] = EnvPlugin(
+    AtariEnvironment,
+    normalize=normalize_config,
+    warm=({},),
+    shared_secrets=(SNAPSHOT_KEY_ENV,),
+    choices=web_choices,
+)
