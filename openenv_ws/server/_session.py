@@ -199,8 +199,9 @@ class ServerSession:
                     out = encode(reply), close
                 except ProtocolError as exc:  # a value of the environment the wire cannot carry
                     out = encoded(self._failure(frame.id, frame.OP, exc))
-        if replay is not None:
-            replay.keep(data, out)
+        if replay is not None:  # replay.keep(data, out), without the call: the step loop
+            replay.request = data
+            replay.reply = out
         return out
 
     def serve(self, frame: ClientFrame) -> FrameReply:
