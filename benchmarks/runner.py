@@ -96,7 +96,7 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
         "--hostile-seconds",
         type=float,
         default=d.hostile_seconds,
-        help="seconds per phase of the hostile scenarios",
+        help="seconds per phase of the hostile scenario (its never-read flood: twice that)",
     )
     p.add_argument(
         "--slowloris",

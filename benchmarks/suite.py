@@ -53,7 +53,7 @@ class Options:
     peer_steps: int = 500
     peer_http_steps: int = 30
     vector_envs: int = 16
-    hostile_seconds: float = 10.0
+    hostile_seconds: float = 30.0
     slowloris: int = 5000
     plots: bool = True
 

@@ -8,10 +8,11 @@ takes back the environments of ended sessions (the default) loads nothing once
 it is full.
 
 Each server runs pinned to the split placement's server core; a *steady*
-session (RGB, the sync client) steps on the client core and each step's latency is recorded, while a *churn* process
-(also on the client core) opens a session, plays an episode of ``--episode`` steps and
-closes it, over and over, for as long as the steady session runs (an episode
-is ``--steps``/20 steps, at least 5). Servers:
+session (RGB, the sync client) steps ``--steps`` times on the client core and
+each step's latency is recorded, while a *churn* process (also on the client
+core) opens a session, plays an episode and closes it, over and over, for as
+long as the steady session runs (an episode is ``--steps``/20 steps, between 5
+and 100). Servers:
 
 - ``no pool``: ``--pool-size 0``, a ROM load inside every ``open``;
 - ``pool, no recycling``: ``--no-pool-recycle``, never-used environments only
@@ -205,7 +206,7 @@ def run(ctx: Context) -> Section:
     section = Section("churn", "Churn: sessions coming and going next to one that steps", COLUMNS)
     placement = Placement.named("split")
     config = {"game": opts.games[0], "obs_type": "rgb"}
-    steps, episode = opts.steps, max(5, opts.steps // 20)
+    steps, episode = opts.steps, min(100, max(5, opts.steps // 20))
     ctx.progress.start(section.title, 2 + len(SERVERS))
     rows: dict[str, dict[str, Any]] = {}
     ctx.progress.phase("in-process")

@@ -35,10 +35,11 @@ starts no other, so a few long stalls barely move p99. ``max ms`` and
 
 Each attack ends by itself (a deadline; the attacker process is killed if it
 overstays); connections the server ends are reopened, paced, until then. All
-traffic goes to the server on 127.0.0.1. The issue's targets: RSS within
-50 MB of baseline during a 60 s ping flood (``--hostile-seconds 30``) from 10 connections; the
-neighbour's step p99 at 5 ms or less under the floods and the cold opens;
-``/health`` answering throughout a 5,000-connection slowloris.
+traffic goes to the server on 127.0.0.1. The targets: RSS within 50 MB of
+baseline during a 60 s ping flood from 10 connections (the default
+``--hostile-seconds 30``); the neighbour's step p99 at 5 ms or less under the
+floods and the cold opens; ``/health`` answering throughout a 5,000-connection
+slowloris.
 """
 
 from __future__ import annotations
