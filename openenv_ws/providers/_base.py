@@ -7,7 +7,9 @@ import json
 import os
 from typing import IO, Any, Protocol, runtime_checkable
 
-__all__ = ["ServerProvider", "fetch_health", "http_base", "read_output"]
+from ..errors import ServerUnavailable
+
+__all__ = ["OneServer", "ServerProvider", "fetch_health", "http_base", "read_output"]
 
 
 @runtime_checkable
@@ -30,6 +32,39 @@ class ServerProvider(Protocol):
     def stop(self) -> None:
         """Stop the server and release what it holds."""
         ...
+
+
+class OneServer:
+    """The addresses of a provider's one server, once it listens at a host and port.
+
+    Subclasses say where the server is (:meth:`_address`, None while it is not
+    running) and what to do when it is not (:attr:`not_running`).
+    """
+
+    #: The message of the :class:`~openenv_ws.errors.ServerUnavailable` that
+    #: :attr:`url` raises while the server is not running.
+    not_running = "the server is not running; call start() first"
+
+    def _address(self) -> tuple[str, int] | None:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        """The ws:// URL of the session endpoint."""
+        address = self._address()
+        if address is None:
+            raise ServerUnavailable(self.not_running)
+        return f"ws://{address[0]}:{address[1]}/ws"
+
+    @property
+    def http_url(self) -> str:
+        """The server's http:// base URL (``/health`` lives there)."""
+        return http_base(self.url)
+
+    def health(self, *, timeout: float = 2.0) -> dict[str, Any] | None:
+        """The server's ``/health`` answer, or None if it does not answer."""
+        address = self._address()
+        return None if address is None else fetch_health(*address, timeout=timeout)
 
 
 def http_base(ws_url: str) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ServerUnavailable
-from ._base import fetch_health, http_base
+from ._base import OneServer
 
 __all__ = ["DEFAULT_LABEL", "HOST_LABEL", "DockerProvider"]
 
@@ -58,7 +58,7 @@ def _connect() -> Any:
     return client
 
 
-class DockerProvider:
+class DockerProvider(OneServer):
     """Run a server image in a container; its URL is a random port on 127.0.0.1.
 
     The container's server port is published on ``host`` at a port the engine
@@ -88,6 +88,8 @@ class DockerProvider:
     Raises (from :meth:`start`):
         ServerUnavailable: no engine, no such image, or the server did not come up.
     """
+
+    not_running = "the container is not running; call start() first"
 
     def __init__(
         self,
@@ -129,17 +131,8 @@ class DockerProvider:
         # A port published on every interface is still reached through loopback here.
         return "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
 
-    @property
-    def url(self) -> str:
-        """The ws:// URL of the session endpoint."""
-        if self.host_port is None:
-            raise ServerUnavailable("the container is not running; call start() first")
-        return f"ws://{self._connect_host}:{self.host_port}/ws"
-
-    @property
-    def http_url(self) -> str:
-        """The server's http:// base URL (``/health`` lives there)."""
-        return http_base(self.url)
+    def _address(self) -> tuple[str, int] | None:
+        return None if self.host_port is None else (self._connect_host, self.host_port)
 
     @property
     def container_id(self) -> str | None:
@@ -257,12 +250,6 @@ class DockerProvider:
     def logs(self, lines: int = 100) -> str:
         """The last `lines` lines the server printed."""
         return self._logs(self._container, lines) if self._container is not None else ""
-
-    def health(self, *, timeout: float = 2.0) -> dict[str, Any] | None:
-        """The server's ``/health`` answer, or None if it does not answer."""
-        if self.host_port is None:
-            return None
-        return fetch_health(self._connect_host, self.host_port, timeout=timeout)
 
     def stop(self) -> None:
         """Stop and remove the container. Idempotent, and final: a stopped provider

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from ..errors import ServerUnavailable
-from ._base import fetch_health, http_base, read_output
+from ._base import OneServer, read_output
 
 __all__ = ["LocalServerProvider"]
 
@@ -54,7 +54,7 @@ def _die_with_parent(parent_pid: int | None = None) -> None:  # pragma: no cover
         os._exit(1)
 
 
-class LocalServerProvider:
+class LocalServerProvider(OneServer):
     """Start ``openenv-ws serve`` as a subprocess, wait until healthy, stop it on exit.
 
     The child binds port 0 (the OS picks a free port) and prints the port; no
@@ -70,6 +70,8 @@ class LocalServerProvider:
         stop_timeout: seconds to wait after SIGTERM before SIGKILL.
         env: extra environment variables for the child.
     """
+
+    not_running = "the local server is not started; call start() first"
 
     def __init__(
         self,
@@ -92,17 +94,8 @@ class LocalServerProvider:
         self._log: IO[bytes] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
-    @property
-    def url(self) -> str:
-        """The ws:// URL of the session endpoint."""
-        if self.port is None:
-            raise ServerUnavailable("the local server is not started; call start() first")
-        return f"ws://{self.host}:{self.port}/ws"
-
-    @property
-    def http_url(self) -> str:
-        """The server's http:// base URL (``/health`` lives there)."""
-        return http_base(self.url)
+    def _address(self) -> tuple[str, int] | None:
+        return None if self.port is None else (self.host, self.port)
 
     def start(self) -> LocalServerProvider:
         """Start the server and wait until ``/health`` answers.
@@ -182,12 +175,6 @@ class LocalServerProvider:
             f"the local server did not become healthy within {self.startup_timeout} s:\n"
             f"{self._output()[-2000:]}"
         )
-
-    def health(self, *, timeout: float = 2.0) -> dict[str, Any] | None:
-        """The server's ``/health`` answer, or None if it does not answer."""
-        if self.port is None:
-            return None
-        return fetch_health(self.host, self.port, timeout=timeout)
 
     @property
     def pid(self) -> int | None:

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..environment import EnvFactory
@@ -109,6 +109,7 @@ class ServerStatus:
     reason: str | None = None
 
 
+@dataclass(eq=False)
 class RayProvider:
     """Start env-server actors on a Ray cluster; their URLs are in :attr:`urls`.
 
@@ -134,36 +135,25 @@ class RayProvider:
         ServerUnavailable: no ray package, an actor failed, or not all started in time.
     """
 
-    def __init__(
-        self,
-        num_servers: int | None = None,
-        *,
-        env: str | EnvFactory = DEFAULT_ENV,
-        host: str | None = None,
-        port: int = 0,
-        num_cpus: float = 1.0,
-        limits: Any = None,
-        app_options: Mapping[str, Any] | None = None,
-        actor_options: Mapping[str, Any] | None = None,
-        startup_timeout: float = 120.0,
-        stop_timeout: float = 10.0,
-        init_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        if num_servers is not None and num_servers < 1:
-            raise ValueError(f"num_servers must be at least 1, got {num_servers}")
-        self.num_servers = num_servers
-        self.env = env
-        self.host = host
-        self.port = port
-        self.num_cpus = num_cpus
-        self.limits = limits
-        self.app_options = dict(app_options or {})
-        self.actor_options = dict(actor_options or {})
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.init_options = dict(init_options or {})
-        self.servers: list[RayServer] = []
-        self._owns_ray = False
+    num_servers: int | None = None
+    _: KW_ONLY
+    env: str | EnvFactory = DEFAULT_ENV
+    host: str | None = None
+    port: int = 0
+    num_cpus: float = 1.0
+    limits: Any = None
+    app_options: Mapping[str, Any] = field(default_factory=dict)
+    actor_options: Mapping[str, Any] = field(default_factory=dict)
+    startup_timeout: float = 120.0
+    stop_timeout: float = 10.0
+    init_options: Mapping[str, Any] = field(default_factory=dict)
+    #: The running servers, one per actor (empty until :meth:`start`).
+    servers: list[RayServer] = field(default_factory=list, init=False)
+    _owns_ray: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.num_servers is not None and self.num_servers < 1:
+            raise ValueError(f"num_servers must be at least 1, got {self.num_servers}")
 
     @property
     def urls(self) -> list[str]:
