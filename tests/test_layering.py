@@ -34,9 +34,7 @@ NOT_IMPORTABLE = {"openenv_ws.__main__"}
 
 #: Private names still imported across modules (``"module: name"``), each with the
 #: work that removes it; the rest of that work has removed all others.
-KNOWN_PRIVATE_IMPORTS: dict[str, str] = {
-    "openenv_ws.client._core: openenv_ws.protocol._ext_hook": "the one codec (client core)",
-}
+KNOWN_PRIVATE_IMPORTS: dict[str, str] = {}
 
 BLOCKER = textwrap.dedent(
     """

@@ -36,8 +36,8 @@ from ..protocol import (
     SnapshotData,
     StateReply,
     Step,
-    _ext_hook,
     decode_server_frame,
+    ext_hook,
     native_wire,
     shared_ext_hook,
 )
@@ -116,7 +116,7 @@ class ClientCore:
         self._next_id = 0
         #: The shared region offered to the server (SPEC section 17), if any.
         self.shared: ClientRegion | None = None
-        self._ext_hook: Callable[[int, bytes], Any] = _ext_hook
+        self._ext_hook: Callable[[int, bytes], Any] = ext_hook
         #: Whether ``open`` asks for indexed frames (SPEC section 18).
         self.want_palette = palette_mod.NATIVE if indexed_frames is None else bool(indexed_frames)
         #: The session's palette when the server sends indexed frames.
@@ -160,7 +160,7 @@ class ClientCore:
     def release(self) -> None:
         """Free the shared region (the client is closed)."""
         shared, self.shared = self.shared, None
-        self._ext_hook = _ext_hook
+        self._ext_hook = ext_hook
         if shared is not None:
             shared.close()
 

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from openenv_ws import protocol
 from openenv_ws._arrays import DTYPE_CODES
+from openenv_ws._shm import SharedArray
 from openenv_ws.client._core import ClientCore
 from openenv_ws.client._ws import BlockingWebSocket
 from openenv_ws.client.sync import exchange
@@ -40,6 +41,7 @@ from openenv_ws.protocol import (
     encode_result,
     encode_step,
 )
+from openenv_ws.wire.encode import layout
 
 from .test_async_websocket import accept, frame
 
@@ -91,7 +93,7 @@ def results(draw: st.DrawFn) -> bytes:
     elif kind == "inline":
         obs = np.frombuffer(draw(st.binary(max_size=70_000)), np.uint8)
     else:
-        obs = protocol.SharedArray(
+        obs = SharedArray(
             draw(st.integers(4096, 2**40)),
             draw(st.sampled_from(sorted(DTYPE_CODES.values()))),
             tuple(draw(st.lists(st.integers(0, 300), max_size=3))),
@@ -155,7 +157,7 @@ def test_the_c_reader_takes_no_truncated_result() -> None:
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=200))
 def test_the_c_reader_never_fails_on_noise(noise: bytes) -> None:
-    prefix = protocol._RESULT_LAYOUT.prefix
+    prefix = layout(Result).prefix
     for data in (noise, prefix + noise):
         out = wire.parse_result(data)
         assert out is None or out[0] == wire.OK

@@ -147,10 +147,10 @@ def test_error_frames_take_a_nil_id_only_there() -> None:
         protocol.encode(protocol.Closed(id=None))  # type: ignore[arg-type]
 
 
-# --------------------------------------------------------------------------- fast paths
+# --------------------------------------------------------------------------- the step loop's frames
 
 
-def test_result_fast_path_and_generic_path_agree() -> None:
+def test_a_result_decodes_alike_in_every_valid_form() -> None:
     base = {
         "op": "result", "id": 5, "obs": None, "reward": 1.5, "terminated": False,
         "truncated": False, "done": False, "info": {"lives": 2},
@@ -174,7 +174,7 @@ def test_result_fast_path_and_generic_path_agree() -> None:
         protocol.decode_server_frame(_pack({**base, "terminated": 0}))
 
 
-def test_step_fast_path_and_generic_path_agree() -> None:
+def test_a_step_decodes_alike_in_every_valid_form() -> None:
     for raw, want in [
         ({"op": "step", "id": 1, "action": 3, "obs": True}, protocol.Step(1, 3, True)),
         ({"op": "step", "id": 1, "action": 3}, protocol.Step(1, 3, True)),

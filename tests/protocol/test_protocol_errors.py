@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +16,11 @@ from openenv_ws.protocol import ERRORS, error_code_of, error_frame
 
 from .spec_tables import error_table
 
+#: The codec's modules (the framing's are not re-exported by openenv_ws.protocol).
+WIRE = [
+    importlib.import_module(f"openenv_ws.wire.{name}")
+    for name in ("limits", "codes", "frames", "encode", "checks", "decode", "native", "session")
+]
 CLOSE_CODES = {1001, 1002, 1003, 1008, 1009, 1011, 1013}
 # Codes raised on the client side only; they never travel in an error frame.
 LOCAL_CODES = {"invalid_state", "closed", "unavailable", "timeout"}
@@ -97,9 +103,20 @@ def _defined_names(module: ModuleType) -> set[str]:
     return {n for n in names if not n.startswith("_")}
 
 
-@pytest.mark.parametrize("module", [protocol, _arrays, E], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [*WIRE, _arrays, E], ids=lambda m: m.__name__)
 def test_exports_equal_all(module: ModuleType) -> None:
     assert set(module.__all__) == _defined_names(module)
     assert len(module.__all__) == len(set(module.__all__))
     for name in module.__all__:
         assert getattr(module, name) is not None
+
+
+def test_the_protocol_module_re_exports_the_codecs_names() -> None:
+    defined = {name: getattr(m, name) for m in WIRE for name in m.__all__}
+    assert _defined_names(protocol) == set(), "it only re-exports"
+    assert len(protocol.__all__) == len(set(protocol.__all__))
+    for name in protocol.__all__:
+        assert getattr(protocol, name) is defined[name], name
+    assert {"Step", "encode", "decode_client_frame", "SessionMachine", "ERRORS"} <= set(
+        protocol.__all__
+    )

@@ -258,31 +258,3 @@ def test_encode_result_is_encode_of_a_result(
         )
     )
     assert fast == slow
-
-
-@PROFILE
-@given(ids, st.integers(0, 127), st.booleans())
-def test_parse_step_reads_what_encode_step_writes(rid: int, action: int, obs: bool) -> None:
-    """The server's step-loop reader accepts every step the clients send."""
-    assert protocol.parse_step(protocol.encode_step(rid, action, obs)) == (rid, action, obs)
-
-
-@PROFILE
-@given(
-    st.one_of(
-        st.binary(max_size=40),
-        st.builds(protocol.encode_step, ids, st.integers(-300, 300), st.booleans()),
-        client_frames.map(protocol.encode),
-    ),
-    st.data(),
-)
-def test_parse_step_never_disagrees_with_the_full_decoder(data: bytes, draw: st.DataObject) -> None:
-    """Whatever it accepts (also with a byte changed or cut) decodes to the same step."""
-    data = damaged(data, draw)
-    quick = protocol.parse_step(data)
-    if quick is None:
-        return
-    frame = protocol.decode_client_frame(data)
-    assert isinstance(frame, protocol.Step)
-    assert quick == (frame.id, frame.action, frame.obs)
-    assert type(quick[2]) is bool

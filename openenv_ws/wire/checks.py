@@ -1,0 +1,205 @@
+"""What each frame's fields may hold: the decoder's schema (``protocol/SPEC.md`` section 4).
+
+A check takes the field's name and its decoded value and returns the value
+for the frame, or raises :class:`~openenv_ws.errors.ProtocolError` saying
+which field is wrong and what it must be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import msgpack
+import numpy as np
+
+from .._palette import PALETTE_BYTES
+from ..errors import ProtocolError
+from . import frames
+from .limits import MAX_DEPTH, MAX_ID
+
+__all__ = ["SCHEMAS", "Check", "foreign"]
+
+Check: TypeAlias = Callable[[str, Any], Any]
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes, np.ndarray})
+
+
+def _bad(name: str, want: str, value: Any) -> ProtocolError:
+    if type(value) is msgpack.Timestamp:
+        return _foreign_ext()
+    got = type(value).__name__
+    if type(value) in (bool, int, float) or (type(value) is str and len(value) <= 20):
+        got = f"{got} {value!r}"
+    return ProtocolError(f"field '{name}' must be {want}, got {got}", code="bad_request")
+
+
+def _foreign_ext() -> ProtocolError:
+    # msgpack decodes ext type -1 (timestamp) itself instead of calling the ext hook.
+    return ProtocolError("MessagePack extension type -1 is not part of protocol v1")
+
+
+def _uint(name: str, v: Any) -> int:
+    if type(v) is not int or v < 0:
+        raise _bad(name, "a non-negative integer", v)
+    return v
+
+
+def _uint32(name: str, v: Any) -> int:
+    if type(v) is not int or not 0 <= v <= MAX_ID:
+        raise _bad(name, f"an integer in 0..{MAX_ID}", v)
+    return v
+
+
+def _exactly(kind: type, want: str) -> Check:
+    """A check that the value is of type `kind` (not a subclass), described as `want`."""
+
+    def check(name: str, v: Any) -> Any:
+        if type(v) is not kind:
+            raise _bad(name, want, v)
+        return v
+
+    return check
+
+
+def _or_nil(check: Check) -> Check:
+    """`check`, letting nil through."""
+    return lambda name, v: None if v is None else check(name, v)
+
+
+_bool = _exactly(bool, "a boolean")
+_str = _exactly(str, "a string")
+_bytes = _exactly(bytes, "binary data")
+
+
+def _opt_palette(name: str, v: Any) -> bytes | None:
+    if v is None:
+        return None
+    want = f"nil or {PALETTE_BYTES} bytes of binary data (256 RGB triples)"
+    if type(v) is not bytes:
+        raise _bad(name, want, v)
+    if len(v) != PALETTE_BYTES:
+        raise ProtocolError(
+            f"field '{name}' must be {want}, got {len(v)} bytes", code="bad_request"
+        )
+    return v
+
+
+def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
+    if v is None or type(v) is np.ndarray:
+        return v
+    raise _bad(name, "an array (ext type 1) or nil", v)
+
+
+def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int) -> None:
+    """Check a free-form container: string keys, plain values, at most MAX_DEPTH levels."""
+    if depth > MAX_DEPTH:
+        raise ProtocolError(
+            f"field '{name}' nests lists/maps deeper than {MAX_DEPTH} levels", code="bad_request"
+        )
+    if type(v) is dict:
+        for key in v:
+            if type(key) is not str:
+                raise ProtocolError(
+                    f"field '{name}' has a map key of type {type(key).__name__}; keys are strings"
+                )
+        items: Any = v.values()
+    else:
+        items = v
+    for item in items:
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        if kind is list or kind is dict:
+            _plain(name, item, depth + 1)
+        else:
+            raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", item)
+
+
+def _map(name: str, v: Any) -> dict[str, Any]:
+    if type(v) is not dict:
+        raise _bad(name, "a map", v)
+    _plain(name, v, 1)
+    return v
+
+
+def _map_or_nil(name: str, v: Any) -> dict[str, Any]:
+    return {} if v is None else _map(name, v)
+
+
+def _action(name: str, v: Any) -> Any:
+    kind = type(v)
+    if kind is int or kind is float or kind is np.ndarray:
+        return v
+    if kind is list or kind is dict:
+        _plain(name, v, 1)
+        return v
+    raise _bad(name, "an integer, a number, an array, a list or a map", v)
+
+
+def _reward(name: str, v: Any) -> float:
+    if type(v) is float:
+        if v != v:
+            raise _bad(name, "a number (not NaN)", v)
+        return v
+    if type(v) is int:
+        return float(v)
+    raise _bad(name, "a number", v)
+
+
+def foreign(value: Any) -> bool:
+    """Whether a value in an unknown field holds something no v1 frame may carry."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is msgpack.Timestamp:
+            return True
+        if kind is list:
+            stack.extend(v)
+        elif kind is dict:
+            if any(type(k) is not str for k in v):
+                return True
+            stack.extend(v.values())
+    return False
+
+
+#: Per frame class, in wire order: (field name, check, required). Absent
+#: optional fields take the dataclass default.
+SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
+    frames.Open: (
+        ("version", _uint32, True),
+        ("config", _map_or_nil, False),
+        ("token", _or_nil(_str), False),
+        ("resume", _or_nil(_str), False),
+        ("palette", _bool, False),
+    ),
+    frames.Reset: (
+        ("seed", _or_nil(_uint), False),
+        ("episode_id", _or_nil(_str), False),
+        ("options", _map_or_nil, False),
+    ),
+    frames.Step: (("action", _action, True), ("obs", _bool, False)),
+    frames.GetState: (),
+    frames.Snapshot: (),
+    frames.Restore: (("snapshot", _bytes, True),),
+    frames.Close: (),
+    frames.Opened: (
+        ("session_id", _str, True),
+        ("version", _uint32, True),
+        ("spec", _map, True),
+        ("resume_token", _or_nil(_str), False),
+        ("palette", _opt_palette, False),
+    ),
+    frames.Result: (
+        ("obs", _opt_array, False),
+        ("reward", _reward, True),
+        ("terminated", _bool, True),
+        ("truncated", _bool, True),
+        ("done", _bool, True),
+        ("info", _map_or_nil, False),
+    ),
+    frames.StateReply: (("state", _map, True),),
+    frames.SnapshotData: (("snapshot", _bytes, True),),
+    frames.Closed: (),
+    frames.Error: (("code", _str, True), ("message", _str, True), ("fatal", _bool, True)),
+}

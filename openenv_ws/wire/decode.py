@@ -1,0 +1,208 @@
+"""The reference decoder: bytes (or an already decoded map) to a typed frame.
+
+Every field is checked against :data:`~.checks.SCHEMAS`; whatever is wrong
+raises :class:`~openenv_ws.errors.ProtocolError` naming the field, with the
+request's id when it could be read. The C readers of the step loop's frames
+(:mod:`.native`) accept a subset of these bytes and give the same values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from .._arrays import EXT_NDARRAY, decode_array
+from .._brief import brief
+from .._shm import EXT_SHARED, ClientRegion
+from ..errors import PayloadTooBig, ProtocolError
+from .checks import SCHEMAS, foreign
+from .frames import CLIENT_OPS, SERVER_OPS, ClientFrame, Error, Frame, ServerFrame
+from .limits import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_SERVER_FRAME_SIZE, MAX_ID
+
+__all__ = [
+    "client_frame_from_map",
+    "decode_client_frame",
+    "decode_server_frame",
+    "ext_hook",
+    "server_frame_from_map",
+    "shared_ext_hook",
+]
+
+
+def ext_hook(code: int, data: bytes) -> Any:
+    """The MessagePack extension hook of protocol v1: arrays (ext type 1) only."""
+    if code == EXT_NDARRAY:
+        return decode_array(data)
+    if code == EXT_SHARED:
+        raise ProtocolError(
+            "MessagePack extension type 2 (an array in shared memory) is only valid in "
+            "server results on a connection that set up a shared region (SPEC section 17)"
+        )
+    raise ProtocolError(f"MessagePack extension type {code} is not part of protocol v1")
+
+
+def shared_ext_hook(
+    region: ClientRegion, take: Callable[[np.ndarray[Any, Any]], Any] | None = None
+) -> Callable[[int, bytes], Any]:
+    """The extension hook for server frames on a connection with a shared region.
+
+    `take` turns the array as it lies in the region into the decoded value
+    and must not keep that view (the server writes there again); default: a
+    read-only copy (:meth:`ClientRegion.read`).
+    """
+    read: Callable[[bytes], Any] = region.read
+    if take is not None:
+        view = region.view
+
+        def read(data: bytes) -> Any:
+            return take(view(data))
+
+    def hook(code: int, data: bytes) -> Any:
+        if code == EXT_SHARED:
+            return read(data)
+        return ext_hook(code, data)
+
+    return hook
+
+
+def _unreadable(exc: Exception) -> ProtocolError:
+    """A ProtocolError naming why MessagePack could not decode a frame."""
+    if isinstance(exc, msgpack.ExtraData):
+        why = "it holds bytes after its MessagePack map; send one map per message"
+    elif isinstance(exc, msgpack.StackError):
+        why = "it nests deeper than 1024 levels"
+    elif isinstance(exc, msgpack.FormatError):
+        why = "it holds a byte that starts no MessagePack value (0xc1)"
+    elif isinstance(exc, UnicodeDecodeError):
+        why = f"a string is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    elif "incomplete input" in str(exc):
+        why = "it is truncated (the MessagePack data ends early)"
+    elif "map key" in str(exc):
+        why = "a map key is not a string; keys are strings"
+    elif "exceeds max" in str(exc):
+        why = f"a length prefix is larger than the frame itself ({exc})"
+    else:
+        why = f"it is not valid MessagePack ({exc})"
+    return ProtocolError(f"frame cannot be decoded: {why}")
+
+
+def _unpack(
+    data: bytes | bytearray | memoryview,
+    max_frame_size: int,
+    hook: Callable[[int, bytes], Any] = ext_hook,
+) -> dict[Any, Any]:
+    size = data.nbytes if type(data) is memoryview else len(data)
+    if size > max_frame_size:
+        raise PayloadTooBig(size, max_frame_size)
+    try:
+        obj = msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=True)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad frame, never another error
+        raise _unreadable(exc) from None
+    if type(obj) is not dict:
+        raise ProtocolError(f"frame must be a MessagePack map, got {type(obj).__name__}")
+    return obj
+
+
+_MISSING: Any = object()
+
+
+def _from_map(raw: dict[Any, Any], ops: dict[str, type[Frame]]) -> Any:
+    op = raw.get("op")
+    rid = raw.get("id")
+    if type(op) is not str:
+        raise ProtocolError("frame has no string field 'op'")
+    cls = ops.get(op)
+    if (type(rid) is not int or not 0 <= rid <= MAX_ID) and not (rid is None and cls is Error):
+        raise ProtocolError(
+            f"frame has no field 'id' holding an integer in 0..{MAX_ID}"
+            + (" (nil is allowed in error frames only)" if rid is None and "id" in raw else "")
+        )
+    if cls is None:
+        raise ProtocolError(
+            f"op {brief(op)} is unknown; known ops: {', '.join(ops)}",
+            code="unknown_op",
+            request_id=rid,
+        )
+    try:
+        values: dict[str, Any] = {"id": rid}
+        seen = 2
+        for name, check, required in SCHEMAS[cls]:
+            value = raw.get(name, _MISSING)
+            if value is not _MISSING:
+                values[name] = check(name, value)
+                seen += 1
+            elif required:
+                raise ProtocolError(f"op '{op}' needs field '{name}'", code="bad_request")
+        if len(raw) != seen and any(foreign(v) or type(k) is not str for k, v in raw.items()):
+            raise ProtocolError(
+                "an unknown field holds a non-string map key or an extension type other than 1"
+            )
+    except ProtocolError as err:
+        err.request_id = rid
+        raise
+    return cls(**values)
+
+
+def decode_client_frame(
+    data: bytes | bytearray | memoryview, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+) -> ClientFrame:
+    """Decode a frame sent by a client.
+
+    Args:
+        data: one complete binary WebSocket message.
+        max_frame_size: frames longer than this many bytes are refused unread.
+
+    Returns:
+        The typed frame. Arrays in it are read-only (they view the decoded
+        bytes without copying them again).
+
+    Raises:
+        PayloadTooBig: the frame is above ``max_frame_size`` (checked first).
+        ProtocolError: anything else wrong; ``code`` is ``bad_frame`` (not
+            decodable, or no valid op/id), ``unknown_op`` or ``bad_request``
+            (a field is missing or wrong), and ``request_id`` holds the id
+            when it could be read.
+    """
+    frame: ClientFrame = _from_map(_unpack(data, max_frame_size), CLIENT_OPS)
+    return frame
+
+
+def decode_server_frame(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_frame_size: int = DEFAULT_MAX_SERVER_FRAME_SIZE,
+    ext_hook: Callable[[int, bytes], Any] = ext_hook,
+) -> ServerFrame:
+    """Decode a frame sent by a server (same errors as :func:`decode_client_frame`).
+
+    `ext_hook` is :func:`shared_ext_hook` of the connection's shared region,
+    if it has one: arrays in shared memory (ext type 2) are then copied out.
+    """
+    frame: ServerFrame = _from_map(_unpack(data, max_frame_size, ext_hook), SERVER_OPS)
+    return frame
+
+
+def client_frame_from_map(raw: dict[str, Any]) -> ClientFrame:
+    """Build a client frame from an already decoded envelope map (e.g. a JSON view).
+
+    The map holds what the MessagePack map of the frame holds (``op``, ``id``
+    and the fields, arrays as numpy arrays, bin as bytes) and goes through
+    the checks of :func:`decode_client_frame`, with the same errors.
+    """
+    if type(raw) is not dict:
+        raise ProtocolError(f"frame must be a map, got {type(raw).__name__}")
+    frame: ClientFrame = _from_map(raw, CLIENT_OPS)
+    return frame
+
+
+def server_frame_from_map(raw: dict[str, Any]) -> ServerFrame:
+    """Build a server frame from an already decoded envelope map (see :func:`client_frame_from_map`)."""
+    if type(raw) is not dict:
+        raise ProtocolError(f"frame must be a map, got {type(raw).__name__}")
+    frame: ServerFrame = _from_map(raw, SERVER_OPS)
+    return frame

@@ -1,0 +1,30 @@
+"""The protocol version, the session endpoint's path and the size limits of protocol v1."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "DEFAULT_MAX_SERVER_FRAME_SIZE",
+    "MAX_DEPTH",
+    "MAX_ERROR_MESSAGE",
+    "MAX_ID",
+    "PROTOCOL_VERSION",
+    "SUPPORTED_VERSIONS",
+    "WS_PATH",
+]
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+#: Path of the session WebSocket endpoint.
+WS_PATH = "/ws"
+#: Largest client frame a server accepts unless configured otherwise (1 MiB).
+DEFAULT_MAX_FRAME_SIZE = 1 << 20
+#: Largest server frame a client accepts unless configured otherwise (64 MiB).
+DEFAULT_MAX_SERVER_FRAME_SIZE = 64 << 20
+#: Request ids are unsigned 32-bit integers.
+MAX_ID = 0xFFFFFFFF
+#: How many levels of lists/maps a free-form value (config, options, action,
+#: spec, info, state) may nest, the value itself counting as level 1.
+MAX_DEPTH = 8
+#: Longest error message a server sends, in characters; longer ones are cut.
+MAX_ERROR_MESSAGE = 1000

@@ -1,0 +1,85 @@
+"""The step loop's frames through the C speedups (``openenv_ws/_wire.c``) where built.
+
+Each hot frame has two tiers: the reference codec (:mod:`.encode`,
+:mod:`.decode`) and C. The C reader and writer work on the canonical layout
+of :func:`~.encode.layout`, given to them here when this module is imported,
+and decline (None) whatever they do not cover; the reference then takes the
+frame. Both tiers give the same bytes and the same values (the tests check
+the C tier against the reference with odd inputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._shm import SharedArray
+from ..errors import ProtocolError
+from .encode import NIL, array_parts, encode, layout
+from .frames import Result, Step
+
+__all__ = ["encode_result", "encode_step", "native_wire", "parse_step"]
+
+#: The C module (``openenv_ws._wire``) given this package's layouts; None
+#: where the package was installed without a C compiler.
+native_wire: Any
+try:
+    from .. import _wire as native_wire  # type: ignore[attr-defined, no-redef]
+except ImportError:
+    native_wire = None
+else:
+    native_wire.configure("result", layout(Result).prefix, layout(Result).keys)
+    native_wire.configure("step", layout(Step).prefix, layout(Step).keys)
+
+
+def encode_step(rid: int, action: Any, obs: bool = True) -> bytes:
+    """``encode(Step(id=rid, action=action, obs=obs))``: a client's step request."""
+    return encode(Step(rid, action, obs))
+
+
+def encode_result(
+    rid: int,
+    obs: Any,
+    reward: float,
+    terminated: bool,
+    truncated: bool,
+    done: bool,
+    info: dict[str, Any],
+) -> bytes:
+    """``encode(Result(...))`` of these fields: in C where built for an observation
+    that is an array (inline or in the shared region) or none, a float reward,
+    and an info of scalars; by the reference encoder otherwise (same bytes).
+    """
+    if native_wire is not None:
+        kind = type(obs)
+        try:
+            head, data = (
+                (NIL, b"")
+                if obs is None
+                else array_parts(obs)
+                if kind is np.ndarray or kind is SharedArray
+                else (b"", b"")
+            )
+        except (ProtocolError, TypeError, ValueError, OverflowError):
+            head = b""  # the reference encoder says what is wrong
+        if head:
+            out: bytes | None = native_wire.pack_result(
+                rid, head, data, reward, terminated, truncated, done, info
+            )
+            if out is not None:
+                return out
+    return encode(Result(rid, obs, reward, terminated, truncated, done, info))
+
+
+def _no_reader(data: bytes) -> None:
+    return None
+
+
+#: ``(id, action, obs)`` of a step request in the canonical layout with an
+#: action in 0..127, read in C; None for any other bytes (and for all of
+#: them where C is not built): :func:`~.decode.decode_client_frame` reads those.
+parse_step: Callable[[bytes], tuple[int, int, bool] | None] = (
+    _no_reader if native_wire is None else native_wire.parse_step
+)
