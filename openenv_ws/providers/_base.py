@@ -54,7 +54,8 @@ class OneServer:
         address = self._address()
         if address is None:
             raise ServerUnavailable(self.not_running)
-        return f"ws://{address[0]}:{address[1]}/ws"
+        host, port = address
+        return f"ws://[{host}]:{port}/ws" if ":" in host else f"ws://{host}:{port}/ws"
 
     @property
     def http_url(self) -> str:
