@@ -24,7 +24,8 @@ from benchmarks.suite import SCENARIOS
 pytestmark = pytest.mark.slow
 
 OBS_TYPES = ("rgb", "grayscale", "ram")
-STEPS = 200
+STEPS = 40
+PEER_STEPS = 30
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +35,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         sys.executable, "-m", "openenv_ws", "bench",
         "--out", str(out),
         "--steps", str(STEPS),
+        "--rounds", "1",
         "--sessions", "1,2,4",
         "--open-count", "3",
         "--memory-sessions", "8",
-        "--peer-steps", "100",
+        "--peer-steps", str(PEER_STEPS),
         "--peer-http-steps", "3",
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -133,7 +135,7 @@ def test_peer_rows_have_numbers_and_ratios(run: dict[str, Any]) -> None:
             assert by_path[(obs, "OpenEnv HTTP /step", where)]["steps"] == 3
         _positive(by_path[("rgb", "OpenEnv WS, no PNG", where)], "steps_per_s", "ours_x")
     # One latency line per path in the plot's samples: the first placement's.
-    assert len(run["samples"]["sections"]["openenv"]["rgb"]["OpenEnv WS"]) == 100
+    assert len(run["samples"]["sections"]["openenv"]["rgb"]["OpenEnv WS"]) == PEER_STEPS
     assert "openenv-core 0.3" in run["markdown"]
 
 
