@@ -74,7 +74,13 @@ def openenv_error_code(code: str) -> str:
 
 
 def plain_json(value: Any) -> Any:
-    """A protocol value as plain JSON data: arrays become nested lists, bytes base64 text."""
+    """A protocol value as plain JSON data: arrays become nested lists, bytes base64 text.
+
+    Raises:
+        ProtocolError: a value protocol v1 cannot carry either (an object of another type).
+    """
+    if value is None or isinstance(value, str | int | float):
+        return value
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, dict):
@@ -85,7 +91,10 @@ def plain_json(value: Any) -> Any:
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, np.generic):
         return value.item()
-    return value
+    raise ProtocolError(
+        f"values of type {type(value).__name__} cannot be sent; "
+        "use nil, bool, int, float, str, bytes, numpy arrays, lists and maps"
+    )
 
 
 def action_from_openenv(data: Any) -> Any:

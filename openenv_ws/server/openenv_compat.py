@@ -296,7 +296,13 @@ class OpenEnvWebSocket:
                 )
             return
         reply_type = "state" if type(frame) is StateReply else "observation"
-        await self._send_text(dumps({"type": reply_type, "data": reply_data(frame, self._legal)}))
+        try:
+            text = dumps({"type": reply_type, "data": reply_data(frame, self._legal)})
+        except ProtocolError as exc:  # a value of the environment JSON cannot carry
+            await self._send_text(dumps({"type": "error", "data": error_data(exc.code, str(exc))}))
+            await self._send({"type": "websocket.close", "code": 1011, "reason": "bad reply"})
+            return
+        await self._send_text(text)
 
     def _send_text(self, text: str) -> Awaitable[None]:
         return self._send({"type": "websocket.send", "text": text})
@@ -468,7 +474,11 @@ class OpenEnvCompat:
             self.store.drop(client.session.session_id)
         if isinstance(frame, Error):
             return _http_error(frame.code, frame.message)
-        return _json_response(reply_data(frame, client.legal))
+        try:
+            return _json_response(reply_data(frame, client.legal))
+        except ProtocolError as exc:  # a value of the environment JSON cannot carry
+            self.store.drop(client.session.session_id)
+            return _http_error(exc.code, str(exc))
 
     def _no_session(self, request: Request, op: str) -> Response:
         session_id = request.cookies.get(COOKIE)
