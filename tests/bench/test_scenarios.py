@@ -1,9 +1,11 @@
-"""A tiny run of each scenario that is not part of a plain ``openenv-ws bench`` run.
+"""A tiny run of each scenario alone, so that none rots.
 
-Each runs alone through ``python -m benchmarks --scenarios NAME`` with the
-smallest sizes that still exercise every contender. No timing assertions:
-the scenario must run (not fail, not stay pending on this build) and its
-table must hold every expected row with positive numbers.
+Each runs through ``python -m benchmarks --scenarios NAME`` with the smallest
+sizes that still exercise every contender (the scenarios of a plain run with
+one observation type on a shared core; ``test_bench_smoke.py`` runs them all
+together with every option). No timing assertions: the scenario must run (not
+fail, not stay pending on this build) and its table must hold every expected
+row with positive numbers.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def bench(tmp_path: Path, name: str, *args: str) -> dict[str, Any]:
     (section,) = report["sections"]
     assert section["name"] == name
     assert section["status"] == "ok", f"{name}: {section['status']}: {section['reason']}"
-    keys = {c["key"] for c in section["columns"]}
+    keys = {c["key"] for c in section["columns"]} | {"mean_us"}  # latency rows keep a mean
     for row in section["rows"]:
         assert set(row) <= keys, f"{name}: row keys {set(row) - keys} have no column"
     return dict(section)
@@ -57,10 +59,58 @@ def needs_two_cores() -> None:
         pytest.fail("these scenarios pin a server and a client to two different cores")
 
 
-def test_every_scenario_outside_the_default_run_has_a_smoke_test() -> None:
+#: Scenarios that need a peer, an engine or a cluster: checked by test_bench_smoke.py only.
+HEAVY = {"openenv", "docker", "ray"}
+#: One observation type on one core, a few steps: the scenarios of a plain run.
+SMALL = ("--obs-types", "ram", "--placement", "shared", "--steps", "20")
+
+
+def test_every_scenario_has_a_smoke_test() -> None:
     tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
-    extra = {name for name, entry in SCENARIOS.items() if not entry.default}
-    assert extra <= tested, f"no smoke test for {sorted(extra - tested)}"
+    missing = set(SCENARIOS) - HEAVY - tested
+    assert not missing, f"no smoke test for {sorted(missing)}"
+    assert all(SCENARIOS[name].default for name in HEAVY)
+
+
+def test_latency(tmp_path: Path) -> None:
+    rows = rows_by(bench(tmp_path, "latency", *SMALL, "--clients", "sync,async"))
+    assert set(rows) == {"in-process", "openenv-ws sync", "openenv-ws async"}
+    for row in rows.values():
+        positive(row, "p50_us", "p99_us", "steps_per_s", "vs_inprocess")
+
+
+def test_throughput(tmp_path: Path) -> None:
+    rows = bench(tmp_path, "throughput", *SMALL, "--sessions", "1,2")["rows"]
+    assert {(r["mode"], r["sessions"]) for r in rows} == {
+        (mode, n) for mode in ("step", "send/recv") for n in (1, 2)
+    }
+    for row in rows:
+        positive(row, "steps", "steps_per_s", "vs_inprocess")
+
+
+def test_open(tmp_path: Path) -> None:
+    rows = rows_by(bench(tmp_path, "open", *SMALL, "--open-count", "2"))
+    assert set(rows) == {
+        "in-process: load + reset",
+        "openenv-ws cold: connect + open + reset",
+        "openenv-ws warm: connect + open + reset",
+    }
+    for row in rows.values():
+        positive(row, "open_p50_ms", "p50_ms", "vs_inprocess")
+
+
+def test_memory(tmp_path: Path) -> None:
+    rows = rows_by(bench(tmp_path, "memory", *SMALL, "--memory-sessions", "2"))
+    assert set(rows) == {"in-process", "openenv-ws server"}
+    for row in rows.values():
+        positive(row, "before_mb", "after_mb", "per_session_mb")
+
+
+def test_http(tmp_path: Path) -> None:
+    rows = rows_by(bench(tmp_path, "http", *SMALL))
+    assert set(rows) == {"in-process", "openenv-ws sync (WebSocket)", "openenv-ws HTTP fallback"}
+    for row in rows.values():
+        positive(row, "p50_us", "steps_per_s", "vs_inprocess")
 
 
 def test_vector(tmp_path: Path) -> None:
