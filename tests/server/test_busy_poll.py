@@ -56,11 +56,12 @@ def test_polls_after_each_message_and_sleeps_after_the_window() -> None:
         time.sleep(3 * WINDOW)
         assert poll.rounds == rounds  # asleep: no polling without traffic
         for action in (1, 2):
+            # Taken before the request: the window starts when the reply is sent, later.
+            sent = time.perf_counter()
             env.step(action)
-            replied = time.perf_counter()
             _wait_idle(poll)
             # It polled from the reply on, for the whole window, then slept.
-            assert time.perf_counter() - replied >= WINDOW
+            assert time.perf_counter() - sent >= WINDOW
             assert poll.rounds > rounds
             rounds = poll.rounds
 
