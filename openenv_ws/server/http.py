@@ -61,7 +61,7 @@ from ..protocol import (
 )
 from ._offload import call
 from ._pacing import ColdOpens
-from ._session import ServerSession
+from ._session import FrameReply, ServerSession
 from .expiry import Expiry
 from .registry import SessionRegistry
 from .replay import ReplayCache
@@ -210,6 +210,19 @@ class HTTPSessionStore:
             entry.last_used = self._clock()
             self._entries.move_to_end(session_id)
         return entry
+
+    async def serve(
+        self, session: ServerSession, frame: ClientFrame, peer: str | None = None
+    ) -> FrameReply:
+        """Serve a request frame of `session` as a WebSocket message would be: an open that
+        builds its environment waits its turn (`peer`: the client's address), a call of an
+        environment that is not inline runs on the session's worker thread under the
+        ``step_timeout`` deadline."""
+        if session.env is None and self.cold_opens is not None:
+            return await self.cold_opens.serve(session, frame, peer)
+        if session.inline or session.env is None:
+            return session.serve(frame)
+        return await call(session, frame, self.step_timeout)
 
     def missing(self, session_id: str) -> tuple[str, str]:
         """The error code and message for an id :meth:`get` did not find."""
@@ -386,11 +399,8 @@ class HTTPFallback:
             return error_response(exc.code, str(exc), media, exc.request_id)
         assert isinstance(frame, Open)
         session = store.new_session()
-        if store.cold_opens is not None:
-            peer = request.client.host if request.client is not None else None
-            reply, _ = await store.cold_opens.serve(session, frame, peer)
-        else:
-            reply, _ = session.serve(frame)
+        peer = request.client.host if request.client is not None else None
+        reply, _ = await store.serve(session, frame, peer)
         if session.state is not SessionState.OPEN or not isinstance(reply, Opened):
             session.close()
             return reply_response(reply, media)
@@ -419,11 +429,7 @@ class HTTPFallback:
                 # As on a WebSocket, idle_timeout answers no request: its id is nil.
                 rid = None if code == "idle_timeout" else frame.id
                 return error_response(code, message, media, rid)
-            session = entry.session
-            if session.inline or session.env is None:
-                reply, close = session.serve(frame)
-            else:  # on the session's worker thread, under the deadline
-                reply, close = await call(session, frame, store.step_timeout)
+            reply, close = await store.serve(entry.session, frame)
             reply, body = render(reply, media)
             if close is not None or (isinstance(reply, Error) and reply.fatal):
                 store.drop(session_id)

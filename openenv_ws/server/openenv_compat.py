@@ -327,9 +327,11 @@ class OpenEnvSession:
         self.spec = spec
         self.legal = legal_actions(spec) if spec is not None else []
 
-    def open(self, config: Mapping[str, Any]) -> Error | None:
+    async def open(
+        self, store: HTTPSessionStore, config: Mapping[str, Any], peer: str | None
+    ) -> Error | None:
         """Open the session with the server's OpenEnv config; the error frame if refused."""
-        frame, _ = self.session.serve(Open(id=0, config=dict(config)))
+        frame, _ = await store.serve(self.session, Open(id=0, config=dict(config)), peer)
         if isinstance(frame, Error):
             return frame
         assert isinstance(frame, Opened)
@@ -337,13 +339,15 @@ class OpenEnvSession:
         self.legal = legal_actions(frame.spec)
         return None
 
-    def request(self, kind: str, data: Any) -> tuple[ServerFrame, CloseRequest | None]:
+    async def request(
+        self, store: HTTPSessionStore, kind: str, data: Any
+    ) -> tuple[ServerFrame, CloseRequest | None]:
         """Serve one OpenEnv request; the reply frame and the close the session asks for."""
         try:
             frame = request_frame(kind, data, 0)
         except ProtocolError as exc:
             return error_frame(0, exc.code, str(exc)), None
-        return self.session.serve(frame)
+        return await store.serve(self.session, frame)
 
 
 class OpenEnvCompat:
@@ -411,14 +415,15 @@ class OpenEnvCompat:
         created = client is None
         if client is None:
             client = OpenEnvSession(self.store.new_session())
-            error = client.open(self.config)
+            peer = request.client.host if request.client is not None else None
+            error = await client.open(self.store, self.config, peer)
             if error is not None:
                 client.session.close()
                 return _http_error(error.code, error.message)
             assert client.spec is not None
             self.store.add(client.session, client.spec)
             self._spec = client.spec
-        frame, close = client.request("reset", body)
+        frame, close = await client.request(self.store, "reset", body)
         response = self._reply(client, frame, close)
         if created:
             response.set_cookie(COOKIE, client.session.session_id, httponly=True, samesite="lax")
@@ -433,8 +438,8 @@ class OpenEnvCompat:
             return _http_error(
                 "bad_request", "the body must be a JSON object with an 'action' object"
             )
-        # timeout_s and request_id are accepted and unused: a step runs inline and at once.
-        frame, close = client.request("step", body["action"])
+        # timeout_s and request_id are accepted and unused: the server's step_timeout applies.
+        frame, close = await client.request(self.store, "step", body["action"])
         return self._reply(client, frame, close)
 
     async def http_state(self, request: Request) -> Response:
@@ -442,7 +447,7 @@ class OpenEnvCompat:
         if client is None:
             # Like OpenEnv's server, a client without an episode sees an empty state.
             return _json_response({"episode_id": None, "step_count": 0})
-        frame, close = client.request("state", None)
+        frame, close = await client.request(self.store, "state", None)
         return self._reply(client, frame, close)
 
     async def http_schema(self, request: Request) -> Response:
