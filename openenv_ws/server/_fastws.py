@@ -7,13 +7,15 @@ through a ``Frame`` object into a joined buffer. For a 100 KB observation that
 is most of the server's time beyond the emulator.
 
 :class:`FastWebSocketProtocol` splits the frames itself once the handshake is
-done and takes the common case on its own:
+done (with the project's framer, :mod:`openenv_ws.wire.framing`) and takes the
+common case on its own:
 
 - **Incoming**: a complete, final, masked binary frame within the size limit,
-  outside a fragmented message, is parsed and unmasked here (websockets' C
-  ``apply_mask``). Every other frame (text, control, fragments, violations)
-  is handed to the websockets parser whole, one at a time, so the parser
-  always sits at a frame boundary and the two take turns. Received bytes wait
+  outside a fragmented message, is unmasked and served here. Every other
+  frame (text, control, fragments) is handed to the websockets parser whole,
+  one at a time, so the parser always sits at a frame boundary and the two
+  take turns; from a violation on (the framer names it from the header), the
+  websockets parser takes everything and closes with its code. Received bytes wait
   in one ``bytearray`` consumed from the front, so a frame arriving in small
   pieces is copied a bounded number of times.
 - **Direct handling**: an ASGI app may *attach* a handler through the scope
@@ -55,7 +57,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from asyncio import TimerHandle
 from collections.abc import Callable
 from time import perf_counter
@@ -64,10 +65,7 @@ from typing import Any, cast
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
-try:
-    from websockets.speedups import apply_mask
-except ImportError:  # pragma: no cover - websockets built without its C extension
-    from websockets.utils import apply_mask
+from ..wire.framing import OP_BINARY, FrameError, apply_mask, frame_head, parse_head
 
 __all__ = [
     "DEFAULT_CONTROL_RATE",
@@ -100,19 +98,8 @@ PARSER_FRAMES_PER_TURN = 16
 
 _BINARY_FIN = 0x82
 _RATED = (0x9, 0xA)  # ping, pong
-_U16 = struct.Struct("!BBH")
-_U64 = struct.Struct("!BBQ")
 _DISCARD = 1 << 20  # bytes taken after a close before aborting, without a size limit
 _VIEW_FROM = 4096  # payloads at least this long are unmasked from a view, not a slice
-
-
-def frame_header(length: int) -> bytes:
-    """The header of an unmasked, final binary frame carrying `length` bytes."""
-    if length < 126:
-        return bytes((_BINARY_FIN, length))
-    if length < 65536:
-        return _U16.pack(_BINARY_FIN, 126, length)
-    return _U64.pack(_BINARY_FIN, 127, length)
 
 
 class BusyPoll:
@@ -288,44 +275,32 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
         pos = 0
         need = 0
         budget = PARSER_FRAMES_PER_TURN
-        max_size = self._max_size
+        conn = self.conn
         while pos < size:
             if self.read_paused or self._blocked:
                 break  # the app takes its message first / the peer is not reading
-            if size - pos < 2:
-                need = 2
+            received = conn.current_size  # None outside a fragmented message
+            limit = self._max_size
+            if limit is not None and received is not None:
+                limit -= received
+            try:
+                head = parse_head(buf, pos, size, True, limit)
+            except FrameError:
+                # The websockets parser refuses it from the header too (1002, 1009), and says so.
+                self._give_up(buf, pos)
+                return
+            if head is None:
+                need = size - pos + 1
                 break
-            first = buf[pos]
-            second = buf[pos + 1]
-            length = second & 0x7F
-            start = pos + 6  # 2 header bytes + 4 mask bytes
-            if length == 126:
-                if size - pos < 4:
-                    need = 4
-                    break
-                length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
-                start = pos + 8
-            elif length == 127:
-                if size - pos < 10:
-                    need = 10
-                    break
-                length = int.from_bytes(buf[pos + 2 : pos + 10], "big")
-                start = pos + 14
-            end = start + length
-            if (
-                first == _BINARY_FIN
-                and second & 0x80
-                and (max_size is None or length <= max_size)
-                and self.conn.current_size is None  # not inside a fragmented message
-                and not self.close_sent
-            ):
-                if size < end:
-                    need = end - pos
-                    break
-                if length >= _VIEW_FROM:
+            first, start, end = head
+            if end > size:
+                need = end - pos
+                break
+            if first == _BINARY_FIN and received is None and not self.close_sent:
+                if end - start >= _VIEW_FROM:
                     with memoryview(buf) as view:
                         payload = apply_mask(view[start:end], buf[start - 4 : start])
-                elif length:
+                elif end > start:
                     payload = apply_mask(buf[start:end], buf[start - 4 : start])
                 else:
                     payload = b""
@@ -335,19 +310,11 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
                         self._defer()  # served inline: the rest waits for the next iteration
                     break
                 continue
-            if not second & 0x80 or first & 0x70 or self._too_big(length):
-                # A violation the websockets parser refuses from the header (1002, 1009).
-                self._give_up(buf, pos)
-                return
-            if size < end:
-                need = end - pos
-                break
             if not budget:
                 self._defer()
                 break
             budget -= 1
-            opcode = first & 0x0F
-            if opcode in _RATED and not self._admit_control():
+            if first & 0x0F in _RATED and not self._admit_control():
                 rate = self.control_rate
                 logger.info(
                     "%s: more than %g pings and pongs per second; closing", self._peer(), rate
@@ -356,7 +323,7 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
                 return
             super().data_received(buf[pos:end])  # type: ignore[arg-type]  # bytes-like is fine
             pos = end
-            if self.conn.eof_sent:
+            if conn.eof_sent:
                 # The connection is closed (a close frame, a violation): the rest is discarded.
                 self._buf = bytearray()
                 self._need = 0
@@ -367,14 +334,6 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
             del buf[:pos]
         elif pos < size:
             self._buf += memoryview(buf)[pos:]
-
-    def _too_big(self, length: int) -> bool:
-        """Whether a frame of `length` bytes takes the message it belongs to past the limit."""
-        limit = self._max_size
-        if limit is None:
-            return False
-        received = self.conn.current_size
-        return length > (limit if received is None else limit - received)
 
     def _give_up(self, buf: bytes | bytearray, pos: int) -> None:
         """Hand everything from `pos` on to the websockets parser, for good."""
@@ -530,19 +489,14 @@ class FastWebSocketProtocol(WebSocketsSansIOProtocol):
     # ------------------------------------------------------------------ writing
 
     def _open_for_data(self) -> bool:
-        return (
-            self.handshake_complete
-            and not self.close_sent
-            and not self.disconnected
-            and self.initial_response is None
-            and self.conn.state is State.OPEN
-        )
+        # OPEN: the app accepted the handshake (a refusal never opens the connection).
+        return not self.close_sent and not self.disconnected and self.conn.state is State.OPEN
 
     def _write_binary(self, data: bytes) -> None:
         if len(data) < 2048:  # a step result: one small buffer beats a vectored write
-            self._raw.write(frame_header(len(data)) + data)
+            self._raw.write(frame_head(OP_BINARY, len(data)) + data)
         else:
-            self._raw.writelines((frame_header(len(data)), data))
+            self._raw.writelines((frame_head(OP_BINARY, len(data)), data))
 
     def _close(self, code: int, reason: str) -> None:
         """What ``websocket.close`` from the app does, for a close decided inline."""

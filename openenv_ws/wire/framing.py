@@ -84,13 +84,17 @@ class Frame(NamedTuple):
     rsv: int = 0
 
 
-def apply_mask(data: bytes | bytearray | memoryview, key: bytes | bytearray | memoryview) -> bytes:
-    """`data` XOR the 4-byte masking `key` repeated (masking and unmasking alike)."""
-    if _c_apply_mask is not None:
-        return bytes(_c_apply_mask(data, key))
-    n = len(data)  # pragma: no cover - websockets always ships its C extension here
+def _apply_mask(data: bytes | bytearray | memoryview, key: bytes | bytearray | memoryview) -> bytes:
+    n = len(data)
     pad = (bytes(key) * (n // 4 + 1))[:n]
     return (int.from_bytes(data, "little") ^ int.from_bytes(pad, "little")).to_bytes(n, "little")
+
+
+#: `data` XOR the 4-byte masking `key` repeated (masking and unmasking alike), as bytes:
+#: websockets' C function where it is built.
+apply_mask: Callable[[bytes | bytearray | memoryview, bytes | bytearray | memoryview], bytes] = (
+    _apply_mask if _c_apply_mask is None else _c_apply_mask
+)
 
 
 def parse_head(
@@ -161,6 +165,12 @@ def frame_head(
     opcode: int, length: int, *, fin: bool = True, rsv: int = 0, key: bytes = b""
 ) -> bytes:
     """A frame header declaring `length` payload bytes, followed by the masking `key` if any."""
+    if fin and not rsv and not key:  # the common case, first
+        if length < 126:
+            return bytes((0x80 | opcode, length))
+        if length < 65536:
+            return _U16.pack(0x80 | opcode, 126, length)
+        return _U64.pack(0x80 | opcode, 127, length)
     first = (0x80 if fin else 0) | (rsv & 7) << 4 | opcode & 0x0F
     bit = 0x80 if key else 0
     if length < 126:
@@ -223,16 +233,13 @@ class Assembler:
     :attr:`active` is True between a message's first fragment and its last.
     """
 
-    __slots__ = ("_opcode", "_parts", "max_size")
+    __slots__ = ("_opcode", "_parts", "active", "max_size")
 
     def __init__(self, max_size: int | None) -> None:
         self.max_size = max_size
+        self.active = False
         self._parts: bytearray | None = None
         self._opcode = OP_BINARY
-
-    @property
-    def active(self) -> bool:
-        return self._parts is not None
 
     @property
     def size(self) -> int:
@@ -257,6 +264,7 @@ class Assembler:
                 return opcode, self._checked(opcode, bytes(payload))
             self._opcode = opcode
             parts = self._parts = bytearray()
+            self.active = True
         elif parts is None:
             raise FrameError(1002, "a continuation frame with no message to continue")
         parts += payload
@@ -265,6 +273,7 @@ class Assembler:
         if not fin:
             return None
         self._parts = None
+        self.active = False
         return self._opcode, self._checked(self._opcode, bytes(parts))
 
     @staticmethod
@@ -332,4 +341,5 @@ class FrameReader:
         else:
             payload = bytes(buf[start:stop])
         self._pos = stop
-        return Frame(bool(first & 0x80), first & 0x0F, payload, (first >> 4) & 7)
+        # tuple.__new__: a NamedTuple's own __new__ is a Python function, slower by half.
+        return tuple.__new__(Frame, (first > 0x7F, first & 0x0F, payload, (first >> 4) & 7))

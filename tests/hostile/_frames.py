@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from openenv_ws.protocol import Error, Open, Reset, Step, decode_server_frame, encode
+from openenv_ws.wire.framing import OP_BINARY, OP_CLOSE, parse_close, serialize
 
-from ..reliability.rawws import frame_bytes
 from .conftest import UNIT, RawWS
 
 __all__ = ["masked", "open_session", "reply", "request"]
 
-OP_BINARY, OP_CLOSE = 2, 8
-
 
 def masked(payload: bytes) -> bytes:
     """A final, masked binary frame carrying `payload`."""
-    return frame_bytes(OP_BINARY, payload)
+    return serialize(OP_BINARY, payload, mask=True)
 
 
 def reply(ws: RawWS, *, timeout: float = 10.0) -> Any:
@@ -31,7 +28,7 @@ def reply(ws: RawWS, *, timeout: float = 10.0) -> Any:
         if opcode == OP_BINARY:
             return decode_server_frame(payload)
         if opcode == OP_CLOSE:
-            code = struct.unpack("!H", payload[:2])[0] if payload else None
+            code = parse_close(payload)[0] if payload else None
             raise AssertionError(f"the server closed the connection ({code})")
 
 

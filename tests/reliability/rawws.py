@@ -10,15 +10,24 @@ import base64
 import contextlib
 import os
 import socket
-import struct
 import time
 from typing import Any
 
-import numpy as np
+from openenv_ws.wire.framing import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_CONT,
+    OP_PING,
+    OP_PONG,
+    OP_TEXT,
+    FrameReader,
+    apply_mask,
+    frame_head,
+    parse_close,
+    serialize,
+)
 
 __all__ = ["OP_BINARY", "OP_CLOSE", "OP_CONT", "OP_PING", "OP_PONG", "OP_TEXT", "RawWS"]
-
-OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
 
 
 def frame_bytes(
@@ -31,21 +40,11 @@ def frame_bytes(
     length: int | None = None,
 ) -> bytes:
     """One WebSocket frame; `length` overrides the declared payload length."""
-    n = len(payload) if length is None else length
-    head = bytes([(0x80 if fin else 0) | (rsv & 7) << 4 | opcode & 0x0F])
-    bit = 0x80 if mask else 0
-    if n < 126:
-        head += bytes([bit | n])
-    elif n < 1 << 16:
-        head += bytes([bit | 126]) + struct.pack("!H", n)
-    else:
-        head += bytes([bit | 127]) + struct.pack("!Q", n)
-    if not mask:
-        return head + payload
-    key = os.urandom(4)
-    data = np.frombuffer(payload, np.uint8)  # a megabyte at once, not byte by byte
-    mask = np.resize(np.frombuffer(key, np.uint8), len(payload))
-    return head + key + (data ^ mask).tobytes()
+    if length is None:
+        return serialize(opcode, payload, mask=mask, fin=fin, rsv=rsv)
+    key = os.urandom(4) if mask else b""
+    head = frame_head(opcode, length, fin=fin, rsv=rsv, key=key)
+    return head + (apply_mask(payload, key) if mask else payload)
 
 
 class RawWS:
@@ -71,14 +70,17 @@ class RawWS:
                 f"Sec-WebSocket-Version: 13\r\n{extra}\r\n"
             ).encode()
         )
-        self._buf = b""
-        while b"\r\n\r\n" not in self._buf:
+        answer = b""
+        while b"\r\n\r\n" not in answer:
             chunk = self.sock.recv(4096)
             if not chunk:
                 self.sock.close()
                 raise ConnectionError("closed during the handshake")
-            self._buf += chunk
-        head, _, self._buf = self._buf.partition(b"\r\n\r\n")
+            answer += chunk
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        # The server's frames, read as they come: no checks but the framing itself.
+        self._reader = FrameReader(masked=False)
+        self._reader.feed(rest)
         lines = head.decode("latin-1").split("\r\n")
         self.status = int(lines[0].split(" ", 2)[1])
         #: The handshake answer's headers (lower-case names).
@@ -102,8 +104,13 @@ class RawWS:
     def send(self, payload: bytes, opcode: int = OP_BINARY, **kwargs: object) -> None:
         self.sock.sendall(frame_bytes(opcode, payload, **kwargs))  # type: ignore[arg-type]
 
-    def _read(self, n: int, deadline: float) -> bytes:
-        while len(self._buf) < n:
+    def read_frame(self, timeout: float) -> tuple[int, bytes]:
+        """The next frame (opcode, payload); TimeoutError, or EOFError when the socket ends.
+
+        A frame cut short by the timeout stays buffered for the next call.
+        """
+        deadline = time.monotonic() + timeout
+        while (frame := self._reader.next_frame()) is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
@@ -111,20 +118,23 @@ class RawWS:
             chunk = self.sock.recv(1 << 16)
             if not chunk:
                 raise EOFError
-            self._buf += chunk
-        out, self._buf = self._buf[:n], self._buf[n:]
-        return out
+            self._reader.feed(chunk)
+        return frame.opcode, frame.payload
 
-    def read_frame(self, timeout: float) -> tuple[int, bytes]:
-        """The next frame (opcode, payload); TimeoutError, or EOFError when the socket ends."""
-        deadline = time.monotonic() + timeout
-        b0, b1 = self._read(2, deadline)
-        n = b1 & 0x7F
-        if n == 126:
-            n = struct.unpack("!H", self._read(2, deadline))[0]
-        elif n == 127:
-            n = struct.unpack("!Q", self._read(8, deadline))[0]
-        return b0 & 0x0F, self._read(n, deadline)
+    def frames_now(self) -> list[tuple[int, bytes]]:
+        """The whole frames (opcode, payload) the socket holds now, without waiting."""
+        self.sock.setblocking(False)
+        try:
+            while chunk := self.sock.recv(1 << 16):
+                self._reader.feed(chunk)
+        except BlockingIOError:
+            pass
+        finally:
+            self.sock.setblocking(True)
+        frames = []
+        while (frame := self._reader.next_frame()) is not None:
+            frames.append((frame.opcode, frame.payload))
+        return frames
 
     def until_close(self, timeout: float) -> tuple[list[bytes], int | None]:
         """Data messages until the server's close frame: (payloads, close code or None)."""
@@ -136,7 +146,7 @@ class RawWS:
             except (EOFError, ConnectionError):
                 return messages, None
             if opcode == OP_CLOSE:
-                return messages, struct.unpack("!H", payload[:2])[0] if payload else 1005
+                return messages, parse_close(payload)[0]
             if opcode in (OP_BINARY, OP_TEXT):
                 messages.append(payload)
 

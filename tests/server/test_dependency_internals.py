@@ -44,6 +44,7 @@ HTTP_HOOKS = (
 )
 # State of uvicorn's WebSocket protocol read or written by the fast path.
 WS_STATE = (
+    "client",
     "close_sent",
     "close_timeout",
     "close_timer",
@@ -51,7 +52,6 @@ WS_STATE = (
     "conn",
     "disconnected",
     "handshake_complete",
-    "initial_response",
     "loop",
     "queue",
     "read_paused",
@@ -59,7 +59,7 @@ WS_STATE = (
     "writable",
 )
 # State of the websockets ServerProtocol (uvicorn's ``conn``) read by the fast path.
-CONN_STATE = ("close_sent", "current_size", "eof_sent", "state")
+CONN_STATE = ("close_sent", "current_size", "eof_sent", "reader", "state")
 CONN_METHODS = ("data_to_send", "fail", "send_close")
 HTTP_STATE = ("loop", "parser", "transport", "ws_protocol_class")
 
@@ -99,4 +99,5 @@ def test_a_connection_has_the_state_the_fast_path_reads() -> None:
     ws, http = asyncio.run(build())
     _fail("uvicorn's WebSocket protocol", _missing(ws, WS_STATE))
     _fail("the websockets ServerProtocol", _missing(ws.conn, CONN_STATE + CONN_METHODS))
+    _fail("the websockets ServerProtocol's reader", _missing(ws.conn.reader, ("buffer",)))
     _fail("uvicorn's HTTP protocol", _missing(http, HTTP_STATE))
