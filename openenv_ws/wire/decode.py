@@ -129,15 +129,21 @@ def _from_map(raw: dict[Any, Any], ops: dict[str, type[Frame]]) -> Any:
             request_id=rid,
         )
     try:
-        values: dict[str, Any] = {"id": rid}
-        seen = 2
+        # Fields in schema order go by position (cheaper); after an absent one, by name.
+        args: list[Any] = [rid]
+        named: dict[str, Any] | None = None
         for name, check, required in SCHEMAS[cls]:
             value = raw.get(name, _MISSING)
             if value is not _MISSING:
-                values[name] = check(name, value)
-                seen += 1
+                if named is None:
+                    args.append(check(name, value))
+                else:
+                    named[name] = check(name, value)
             elif required:
                 raise ProtocolError(f"op '{op}' needs field '{name}'", code="bad_request")
+            elif named is None:
+                named = {}
+        seen = len(args) + 1 + (len(named) if named else 0)  # with op and id
         if len(raw) != seen and any(foreign(v) or type(k) is not str for k, v in raw.items()):
             raise ProtocolError(
                 "an unknown field holds a non-string map key or an extension type other than 1"
@@ -145,7 +151,7 @@ def _from_map(raw: dict[Any, Any], ops: dict[str, type[Frame]]) -> Any:
     except ProtocolError as err:
         err.request_id = rid
         raise
-    return cls(**values)
+    return cls(*args) if named is None else cls(*args, **named)
 
 
 def decode_client_frame(

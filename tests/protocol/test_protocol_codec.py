@@ -1,4 +1,4 @@
-"""Codec behaviour beyond the vectors: limits, allocation, encode-side refusals, fast paths."""
+"""Codec behaviour beyond the vectors: limits, allocation, encode-side refusals, schemas."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import struct
 import sys
 import threading
 import tracemalloc
+from dataclasses import fields
 from typing import Any
 
 import msgpack
@@ -15,6 +16,7 @@ import pytest
 from openenv_ws import protocol
 from openenv_ws._arrays import array_ext_parts, array_ext_payload
 from openenv_ws.errors import PayloadTooBig, ProtocolError
+from openenv_ws.wire.checks import SCHEMAS
 
 
 def _pack(obj: Any) -> bytes:
@@ -148,6 +150,13 @@ def test_error_frames_take_a_nil_id_only_there() -> None:
 
 
 # --------------------------------------------------------------------------- the step loop's frames
+
+
+def test_each_schema_lists_the_fields_of_its_frame_in_order() -> None:
+    """The decoder passes fields by position, the encoder writes them in this order."""
+    assert set(SCHEMAS) == set(protocol.CLIENT_OPS.values()) | set(protocol.SERVER_OPS.values())
+    for cls, schema in SCHEMAS.items():
+        assert [name for name, _, _ in schema] == [f.name for f in fields(cls)][1:], cls.OP
 
 
 def test_a_result_decodes_alike_in_every_valid_form() -> None:
