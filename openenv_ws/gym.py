@@ -40,6 +40,13 @@ from .errors import EnvConfigError, InvalidState
 
 __all__ = ["ENV_ID", "RemoteEnv", "RemoteVectorEnv", "space_from_spec"]
 
+# VectorEnvClient's names of the autoreset modes (it also takes Gymnasium's).
+_AUTORESET_MODES = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+
 #: Registered Gymnasium id: ``gymnasium.make(ENV_ID, url=..., config=...)`` makes a :class:`RemoteEnv`.
 ENV_ID = "openenv_ws/Remote-v0"
 
@@ -222,16 +229,15 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         **client_kwargs: Any,
     ) -> None:
-        mode = _autoreset_mode(autoreset_mode)
         self.client = VectorEnvClient(
             urls,
             num_envs,
             config=config,
             configs=configs,
-            autoreset_mode=mode.value,
+            autoreset_mode=autoreset_mode,
             **client_kwargs,
         )
-        self.metadata = {"autoreset_mode": mode}
+        self.metadata = {"autoreset_mode": _AUTORESET_MODES[self.client.autoreset_mode]}
         self.num_envs = self.client.num_envs
         spec = self.client.spec
         self.single_action_space = space_from_spec(spec.action)
@@ -269,19 +275,6 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.client.close()
-
-
-def _autoreset_mode(value: AutoresetMode | str) -> AutoresetMode:
-    if isinstance(value, AutoresetMode):
-        return value
-    key = str(value).replace("_", "").lower()
-    for mode in AutoresetMode:
-        if mode.value.lower() == key:
-            return mode
-    raise ValueError(
-        f"autoreset_mode must be a gymnasium.vector.AutoresetMode or one of "
-        f"'next_step', 'same_step', 'disabled'; got {value!r}"
-    )
 
 
 if ENV_ID not in gymnasium.registry:

@@ -1,9 +1,13 @@
-"""Request/reply bookkeeping shared by every client, sans-I/O.
+"""The session's protocol state shared by every client, sans-I/O.
 
-The sync and async clients only move bytes; this module builds request
-frames with fresh ids, recognises the matching reply (discarding late replies
-to requests that timed out), turns error frames into exceptions and result
-frames into :class:`StepResult`.
+Every client (sync, async, HTTP, and each env of a vector client) keeps one
+:class:`ClientCore`: it builds the request frames of the six ops with fresh
+ids, decodes replies (the C reader for plain results, the Python codec for the
+rest, colour codes expanded, shared-memory arrays taken out of the region),
+recognises the reply to a request (discarding late replies to requests that
+timed out), turns error frames into exceptions and keeps what ``opened``
+said. The clients only move bytes (:mod:`openenv_ws.client._session` holds
+the ops' reply handling and the hooks).
 """
 
 from __future__ import annotations
@@ -27,12 +31,16 @@ from ..protocol import (
     ERRORS,
     MAX_ID,
     PROTOCOL_VERSION,
+    Close,
     Error,
+    GetState,
     Open,
     Opened,
     Reset,
+    Restore,
     Result,
     ServerFrame,
+    Snapshot,
     SnapshotData,
     StateReply,
     Step,
@@ -168,13 +176,15 @@ class ClientCore:
         self._next_id = (self._next_id + 1) & MAX_ID
         return self._next_id
 
-    def open_frame(self) -> Open:
+    def open_frame(self, *, resume: bool = False) -> Open:
+        """The ``open`` of a new session, or (`resume`) the one that asks for this one back."""
         return Open(
             id=self.next_id(),
             version=PROTOCOL_VERSION,
             config=self.config,
             token=self.token,
-            palette=self.want_palette,
+            resume=self.resume_token if resume else None,
+            palette=self.want_palette and not resume,
         )
 
     def reset_frame(
@@ -186,6 +196,18 @@ class ClientCore:
 
     def step_frame(self, action: Any, obs: bool) -> Step:
         return Step(id=self.next_id(), action=action, obs=obs)
+
+    def state_frame(self) -> GetState:
+        return GetState(id=self.next_id())
+
+    def snapshot_frame(self) -> Snapshot:
+        return Snapshot(id=self.next_id())
+
+    def restore_frame(self, snapshot: bytes) -> Restore:
+        return Restore(id=self.next_id(), snapshot=bytes(snapshot))
+
+    def close_frame(self) -> Close:
+        return Close(id=self.next_id())
 
     def headers(self) -> dict[str, str]:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -258,10 +280,23 @@ class ClientCore:
             raise error
         return frame
 
-    def opened(self, frame: ServerFrame) -> Opened:
+    def _answer_to_open(self, frame: ServerFrame) -> Opened:
         frame = self.check(frame)
         if not isinstance(frame, Opened):
             raise ProtocolError(f"expected 'opened' in answer to 'open', got '{frame.OP}'")
+        return frame
+
+    def resumed(self, frame: ServerFrame) -> None:
+        """Check the answer to ``open_frame(resume=True)`` (raises what the server refused)."""
+        frame = self._answer_to_open(frame)
+        if frame.session_id != self.session_id:
+            raise ProtocolError(
+                f"the server resumed session {frame.session_id}, not {self.session_id}"
+            )
+
+    def opened(self, frame: ServerFrame) -> Opened:
+        """Take the answer to ``open_frame()``: the session's spec, palette and resume token."""
+        frame = self._answer_to_open(frame)
         spec = EnvSpec.from_wire(frame.spec)
         indexed = None
         if frame.palette is not None:
@@ -290,58 +325,3 @@ class ClientCore:
         if not isinstance(frame, kind):
             raise ProtocolError(f"expected '{kind.OP}' reply, got '{frame.OP}'")
         return frame
-
-
-def result_of(frame: Result) -> StepResult[np.ndarray[Any, Any] | None]:
-    return StepResult(
-        frame.obs, frame.reward, frame.terminated, frame.truncated, frame.done, frame.info
-    )
-
-
-def plain_action(action: Any) -> Any:
-    """The default wire form of a user action: numpy integer scalars become ints."""
-    return int(action) if isinstance(action, np.integer) else action
-
-
-class SessionFacts:
-    """``spec`` and ``session_id`` of an open session, shared by every client."""
-
-    _core: ClientCore
-
-    @property
-    def spec(self) -> EnvSpec:
-        """The session's action and observation spaces (from ``opened``)."""
-        assert self._core.spec is not None, "the session is not open yet"
-        return self._core.spec
-
-    @property
-    def session_id(self) -> str:
-        assert self._core.session_id is not None, "the session is not open yet"
-        return self._core.session_id
-
-    @property
-    def shared_memory_used(self) -> bool:
-        """True when the server writes observations into shared memory (same host)."""
-        return self._core.shared is not None
-
-    @property
-    def indexed_frames_used(self) -> bool:
-        """True when the server sends RGB frames as colour codes (SPEC section 18)."""
-        return self._core.palette is not None
-
-
-C = TypeVar("C")
-
-
-def on_local_server(open_client: Callable[[str], C]) -> C:
-    """Start a local server, open a client on its URL; the client stops it on close."""
-    from ..providers.local import LocalServerProvider
-
-    provider = LocalServerProvider().start()
-    try:
-        client = open_client(provider.url)
-    except BaseException:
-        provider.stop()
-        raise
-    client._provider = provider  # type: ignore[attr-defined]
-    return client

@@ -1,16 +1,18 @@
-"""A kept-alive HTTP/1.1 client connection on a blocking socket, built for latency.
+"""A kept-alive HTTP/1.1 client connection; replies are read by the standard
+library's ``http.client`` (status line, headers, ``Content-Length``, chunked
+bodies, bodies delimited by the connection's close).
 
-Each request is one ``sendall`` of the head and body together (two segments
-would cost the server a second read, and a round trip with Nagle), and each
-reply is read with ``recv_into``: the head into a reusable buffer, the body
-into a fresh buffer of its ``Content-Length`` (the caller's arrays view it).
-``Transfer-Encoding: chunked`` and bodies delimited by the connection's close
-are read too. A connection the server closed while idle (its keep-alive
+Each request is one ``sendall`` of the head and body together: two segments
+would cost the server a second read (``http.client``'s own request writer
+sends them apart). A reply larger than the caller's limit is refused from its
+``Content-Length`` before its body is read, a chunked one as soon as it grows
+past the limit. A connection the server closed while idle (its keep-alive
 timeout) is noticed before sending and reopened, so no request is lost to it.
 """
 
 from __future__ import annotations
 
+import http.client
 import select
 import socket
 import ssl
@@ -19,12 +21,7 @@ from ..errors import PayloadTooBig, ProtocolError, RequestTimeout, ServerUnavail
 
 __all__ = ["HTTPConnection"]
 
-_HEAD_LIMIT = 64 << 10
-_BUFFER = 1 << 16
-
-
-class _Closed(Exception):
-    """The server closed the connection in the middle of a reply."""
+_PIECE = 1 << 16  # bytes read at a time from a reply of unknown length
 
 
 class HTTPConnection:
@@ -44,22 +41,28 @@ class HTTPConnection:
         fixed = {"Host": f"{host}:{port}", **headers}
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
         self._sock: socket.socket | None = None
-        self._buf = bytearray(_BUFFER)
+
+    @property
+    def connected(self) -> bool:
+        """Whether a socket is open (the next request reuses it)."""
+        return self._sock is not None
+
+    def fileno(self) -> int:
+        """The open socket's descriptor (-1 when none is open)."""
+        return -1 if self._sock is None else self._sock.fileno()
 
     def _fresh(self, timeout: float | None) -> socket.socket:
         sock = self._sock
-        if sock is not None:
-            # An idle kept-alive connection is readable only when the server closed it.
-            readable, _, _ = select.select([sock], [], [], 0)
-            if readable:
-                self.close()
-                sock = None
+        # An idle kept-alive connection is readable only when the server closed it.
+        if sock is not None and select.select([sock], [], [], 0)[0]:
+            self.close()
+            sock = None
         if sock is None:
             sock = socket.create_connection((self.host, self.port), timeout=timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.scheme == "https":
                 context = ssl.create_default_context()
                 sock = context.wrap_socket(sock, server_hostname=self.host)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sock = sock
         else:
             sock.settimeout(timeout)
@@ -72,7 +75,7 @@ class HTTPConnection:
         body: bytes | None,
         timeout: float | None,
         max_size: int,
-    ) -> tuple[int, str, bytearray]:
+    ) -> tuple[int, str, bytes]:
         """Send one request; (status, content type, body) of the reply.
 
         Raises:
@@ -86,101 +89,48 @@ class HTTPConnection:
         head = f"{method} {path} HTTP/1.1\r\n{self._fixed}Content-Length: {len(payload)}\r\n\r\n"
         try:
             sock = self._fresh(timeout)
+            # Head and body in one write: two segments would cost the server a second read.
             sock.sendall(head.encode("latin-1") + payload)
-            status, headers, data = self._response(sock, max_size)
+            reply = http.client.HTTPResponse(sock, method=method)
+            try:
+                reply.begin()
+                data = _body(reply, max_size)
+            finally:
+                reply.close()  # the response's reader, not the socket
         except TimeoutError:
             self.close()
             raise RequestTimeout(
                 f"no reply to {method} {path} within {timeout} s from {self.host}:{self.port}"
             ) from None
-        except (OSError, _Closed) as exc:
+        except http.client.RemoteDisconnected:
             self.close()
-            raise ServerUnavailable(
-                f"HTTP request to {self.scheme}://{self.host}:{self.port}{path} failed "
-                f"({type(exc).__name__}: {exc or 'connection closed'}); is the server running?"
+            raise self._unavailable(path, "the server closed the connection") from None
+        except http.client.IncompleteRead:
+            self.close()
+            raise self._unavailable(
+                path, "the server closed the connection in the middle of a reply"
             ) from None
-        except (PayloadTooBig, ProtocolError):
+        except http.client.BadStatusLine as exc:
+            self.close()
+            raise ProtocolError(f"the reply is not HTTP/1.1: {str(exc)[:80]}") from None
+        except http.client.HTTPException as exc:
+            self.close()
+            raise ProtocolError(f"the reply is not valid HTTP/1.1: {exc}") from None
+        except OSError as exc:
+            self.close()
+            raise self._unavailable(path, f"{type(exc).__name__}: {exc}") from None
+        except PayloadTooBig:
             self.close()
             raise
-        if headers.get("connection", "").lower() == "close":
+        if reply.will_close:
             self.close()
-        return status, headers.get("content-type", ""), data
+        return reply.status, reply.getheader("content-type", ""), data
 
-    def _response(
-        self, sock: socket.socket, max_size: int
-    ) -> tuple[int, dict[str, str], bytearray]:
-        buf = self._buf
-        view = memoryview(buf)
-        n = 0
-        while (end := buf.find(b"\r\n\r\n", 0, n)) < 0:
-            if n == len(buf):
-                raise ProtocolError(f"the reply's head is longer than {_HEAD_LIMIT} bytes")
-            got = sock.recv_into(view[n:])
-            if not got:
-                raise _Closed("the server closed the connection")
-            n += got
-        lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise ProtocolError(f"the reply is not HTTP/1.1: {lines[0][:80]!r}")
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        rest = bytes(buf[end + 4 : n])
-        length = headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                raise ProtocolError(f"the reply's Content-Length {length!r} is not a number")
-            data = self._exact(sock, rest, int(length), max_size)
-        elif "chunked" in headers.get("transfer-encoding", "").lower():
-            data = self._chunked(sock, rest, max_size)
-        else:
-            data = self._to_close(sock, rest, max_size)
-            headers["connection"] = "close"
-        return int(parts[1]), headers, data
-
-    @staticmethod
-    def _exact(sock: socket.socket, start: bytes, length: int, max_size: int) -> bytearray:
-        if length > max_size:
-            raise PayloadTooBig(length, max_size)
-        data = bytearray(length)
-        have = min(len(start), length)
-        data[:have] = start[:have]
-        view = memoryview(data)
-        while have < length:
-            got = sock.recv_into(view[have:])
-            if not got:
-                raise _Closed("the server closed the connection in the middle of a reply")
-            have += got
-        return data
-
-    def _chunked(self, sock: socket.socket, start: bytes, max_size: int) -> bytearray:
-        reader = _Reader(sock, start)
-        data = bytearray()
-        while True:
-            size_line = reader.line().split(b";", 1)[0].strip()
-            try:
-                size = int(size_line, 16)
-            except ValueError:
-                raise ProtocolError(f"bad chunk size {size_line[:20]!r} in the reply") from None
-            if size == 0:
-                while reader.line():  # trailers, up to the empty line
-                    pass
-                return data
-            if len(data) + size > max_size:
-                raise PayloadTooBig(len(data) + size, max_size)
-            data += reader.exact(size)
-            reader.line()
-
-    @staticmethod
-    def _to_close(sock: socket.socket, start: bytes, max_size: int) -> bytearray:
-        data = bytearray(start)
-        while chunk := sock.recv(_BUFFER):
-            data += chunk
-            if len(data) > max_size:
-                raise PayloadTooBig(len(data), max_size)
-        return data
+    def _unavailable(self, path: str, why: str) -> ServerUnavailable:
+        return ServerUnavailable(
+            f"HTTP request to {self.scheme}://{self.host}:{self.port}{path} failed "
+            f"({why}); is the server running?"
+        )
 
     def close(self) -> None:
         """Close the socket (the next request opens a new one)."""
@@ -189,31 +139,16 @@ class HTTPConnection:
             sock.close()
 
 
-class _Reader:
-    """Buffered reads of lines and exact sizes (for chunked replies)."""
-
-    def __init__(self, sock: socket.socket, start: bytes) -> None:
-        self._sock = sock
-        self._buf = bytearray(start)
-
-    def _more(self) -> None:
-        chunk = self._sock.recv(_BUFFER)
-        if not chunk:
-            raise _Closed("the server closed the connection in the middle of a reply")
-        self._buf += chunk
-
-    def line(self) -> bytes:
-        while (i := self._buf.find(b"\r\n")) < 0:
-            if len(self._buf) > _HEAD_LIMIT:
-                raise ProtocolError("a line of the chunked reply is too long")
-            self._more()
-        out = bytes(self._buf[:i])
-        del self._buf[: i + 2]
-        return out
-
-    def exact(self, size: int) -> bytes:
-        while len(self._buf) < size:
-            self._more()
-        out = bytes(self._buf[:size])
-        del self._buf[:size]
-        return out
+def _body(reply: http.client.HTTPResponse, max_size: int) -> bytes:
+    """The reply's whole body, refused as soon as it is known to exceed `max_size`."""
+    if reply.length is not None:
+        if reply.length > max_size:
+            raise PayloadTooBig(reply.length, max_size)
+        return reply.read()
+    # Chunked, or delimited by the connection's close: read piece by piece.
+    data = bytearray()
+    while piece := reply.read(_PIECE):
+        data += piece
+        if len(data) > max_size:
+            raise PayloadTooBig(len(data), max_size)
+    return bytes(data)

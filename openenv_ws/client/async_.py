@@ -4,42 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from ..errors import (
-    InvalidState,
-    OpenEnvError,
-    RequestTimeout,
-    ServerUnavailable,
-    SessionClosed,
-)
-from ..protocol import (
-    Close,
-    GetState,
-    Restore,
-    Result,
-    ServerFrame,
-    Snapshot,
-    SnapshotData,
-    StateReply,
-    encode,
-    encode_step,
-)
+from ..errors import InvalidState, RequestTimeout, ServerUnavailable, SessionClosed
+from ..protocol import ClientFrame, ServerFrame, encode, encode_step
 from ._aws import AsyncWebSocket
-from ._core import DEFAULT, ClientCore, SessionFacts, StepResult, plain_action, result_of
-from ._resume import Resumption, can_resume
+from ._core import DEFAULT, ClientCore, StepResult
+from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run_async
+from ._session import SessionOps
 from ._ws import normalize_url
 
 __all__ = ["AsyncEnvClient"]
 
-logger = logging.getLogger("openenv_ws.client")
-
 ObsT = TypeVar("ObsT")
 
 
-class AsyncEnvClient(SessionFacts, Generic[ObsT]):
+class AsyncEnvClient(SessionOps[ObsT]):
     """A session with a remote environment over one WebSocket (asyncio).
 
     Create it with ``await AsyncEnvClient.connect(url, config=...)`` or use it
@@ -95,7 +76,7 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         try:
             self._ws = await self._connect(self.open_timeout)
             try:
-                self._core.opened(await self._request(self._core.open_frame(), self.open_timeout))
+                self._core.opened(await self._roundtrip(self._core.open_frame(), self.open_timeout))
             except BaseException:
                 await self._ws.close()
                 raise
@@ -116,7 +97,7 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
         return ws
 
-    async def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
+    async def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
         return await self._send_request(encode(frame), frame.id, timeout, frame.OP)
 
     async def _send_request(
@@ -130,27 +111,29 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
             raise self._core.closed_error or InvalidState(
                 "the client is closed; create a new one to open another session", code="closed"
             )
+        core = self._core
         async with self._lock:
-            if self._core.closed_error is not None:
-                raise self._core.closed_error
+            if core.closed_error is not None:
+                raise core.closed_error
             try:
                 ws = self._ws  # a resume by another request may have replaced it
                 reply = await self._exchange(ws, data, rid, timeout, op)
             except SessionClosed as exc:
-                if self._core.closed_error is not None:
-                    raise self._core.closed_error from None
-                if not (self.resume_timeout > 0 and can_resume(self._core, exc)):
-                    raise
-                reply = await self._resume(data, rid, timeout, op, exc)
-        return self._core.check(reply)
+                procedure = resume(core, self, exc, data, rid, timeout)
+                resumed = await run_async(procedure, lambda effect: self._perform(effect, op))
+                assert resumed is not None  # the reply to `rid`
+                reply = resumed
+        return core.check(reply)
 
     async def _exchange(
-        self, ws: AsyncWebSocket, data: bytes, rid: int, timeout: float | None, op: str
+        self, ws: AsyncWebSocket, data: bytes | None, rid: int, timeout: float | None, op: str
     ) -> ServerFrame:
-        """Send one request and return its reply (late replies to earlier ones are skipped)."""
+        """Send one request (None: it is sent) and return its reply (late replies to
+        earlier ones are skipped)."""
         decode, is_reply = self._core.decode, self._core.is_reply
         try:
-            await ws.send(data)
+            if data is not None:
+                await ws.send(data)
             async with asyncio.timeout(timeout):
                 while True:
                     reply = decode(await ws.recv())
@@ -161,31 +144,22 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
                 f"no reply to '{op}' within {timeout} s; a late reply will be discarded"
             ) from None
 
-    async def _resume(
-        self, data: bytes, rid: int, timeout: float | None, op: str, cause: SessionClosed
-    ) -> ServerFrame:
-        """Reconnect, take the session back and re-send `data`; its reply, or raise why not."""
-        logger.info("connection to %s dropped (%s); resuming the session", self.url, cause.reason)
-        attempt = Resumption(self._core, self.url, cause, self.resume_timeout)
-        while True:
-            try:
-                ws = await self._connect(attempt.connect_timeout(self.open_timeout))
-                try:
-                    frame = attempt.open_frame()
-                    opened = await self._exchange(
-                        ws, encode(frame), frame.id, self.open_timeout, "open"
-                    )
-                    attempt.opened(opened)
-                except BaseException:
-                    await ws.close()
-                    raise
+    async def _perform(self, effect: Effect, op: str) -> Any:
+        """Do one effect of the resume procedure (:func:`~._resume.resume`) of request `op`."""
+        match effect:
+            case Connect(timeout=timeout):
+                return await self._connect(timeout)
+            case Exchange(conn=ws, data=data, rid=rid, timeout=timeout):
+                return await self._exchange(ws, data, rid, timeout, op if data is None else "open")
+            case Send(conn=ws, data=data):
+                await ws.send(data)
+            case Adopt(conn=ws):
                 self._ws = ws
-                return await self._exchange(ws, data, rid, timeout, op)
-            except OpenEnvError as exc:
-                await asyncio.sleep(attempt.retry_after(exc))
-
-    def _t(self, timeout: float | None) -> float | None:
-        return self.timeout if timeout is DEFAULT else timeout
+            case Discard(conn=ws):
+                await ws.close()
+            case Sleep(seconds=seconds):
+                await asyncio.sleep(seconds)
+        return None
 
     async def reset(
         self,
@@ -197,8 +171,7 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
     ) -> StepResult[ObsT]:
         """Start a new episode (deterministic for a given seed)."""
         frame = self._core.reset_frame(seed, episode_id, options)
-        reply = await self._request(frame, self._t(timeout))
-        return self._result_from_wire(ClientCore.expect(reply, Result))
+        return self._result(await self._roundtrip(frame, self._wait(timeout)))
 
     async def step(
         self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
@@ -206,27 +179,23 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
         """Advance one step; with ``obs=False`` the observation is left out (None)."""
         rid = self._core.next_id()
         data = encode_step(rid, self._action_to_wire(action), obs)
-        reply = await self._send_request(data, rid, self._t(timeout), "step")
-        if type(reply) is not Result:
-            ClientCore.expect(reply, Result)
-        return self._result_from_wire(reply)  # type: ignore[arg-type]
+        return self._result(await self._send_request(data, rid, self._wait(timeout), "step"))
 
     async def state(self, *, timeout: float | None = DEFAULT) -> Any:
-        reply = await self._request(GetState(id=self._core.next_id()), self._t(timeout))
-        return self._state_from_wire(ClientCore.expect(reply, StateReply).state)
+        """The episode state (episode_id, step_count and environment details)."""
+        return self._state(await self._roundtrip(self._core.state_frame(), self._wait(timeout)))
 
     async def snapshot(self, *, timeout: float | None = DEFAULT) -> bytes:
-        reply = await self._request(Snapshot(id=self._core.next_id()), self._t(timeout))
-        snap: bytes = ClientCore.expect(reply, SnapshotData).snapshot
-        return snap
+        """An opaque snapshot of the running episode, for :meth:`restore`."""
+        frame = self._core.snapshot_frame()
+        return self._snapshot(await self._roundtrip(frame, self._wait(timeout)))
 
     async def restore(
         self, snapshot: bytes, *, timeout: float | None = DEFAULT
     ) -> StepResult[ObsT]:
-        reply = await self._request(
-            Restore(id=self._core.next_id(), snapshot=bytes(snapshot)), self._t(timeout)
-        )
-        return self._result_from_wire(ClientCore.expect(reply, Result))
+        """Continue the episode from `snapshot`; returns the observation there."""
+        frame = self._core.restore_frame(snapshot)
+        return self._result(await self._roundtrip(frame, self._wait(timeout)))
 
     async def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
@@ -237,7 +206,7 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
             return
         # Closing is best effort: the socket goes either way.
         with contextlib.suppress(Exception):
-            await self._request(Close(id=self._core.next_id()), 5.0)
+            await self._roundtrip(self._core.close_frame(), 5.0)
         self._closed = True
         await self._ws.close()
         self._core.release()
@@ -248,13 +217,3 @@ class AsyncEnvClient(SessionFacts, Generic[ObsT]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    # hooks for typed clients (same as EnvClient's)
-    def _action_to_wire(self, action: Any) -> Any:
-        return plain_action(action)
-
-    def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
-        return result_of(frame)  # type: ignore[return-value]
-
-    def _state_from_wire(self, state: dict[str, Any]) -> Any:
-        return state

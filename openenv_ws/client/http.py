@@ -18,33 +18,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import InvalidState, ProtocolError, ServerUnavailable
 from ..jsonview import frame_to_json, server_frame_from_json
 from ..openenv_dialect import action_from_openenv, legal_actions, result_payload, state_payload
-from ..protocol import (
-    ClientFrame,
-    Close,
-    Restore,
-    Result,
-    ServerFrame,
-    Snapshot,
-    SnapshotData,
-    StateReply,
-    encode,
-)
-from ._core import (
-    DEFAULT,
-    ClientCore,
-    SessionFacts,
-    StepResult,
-    on_local_server,
-    plain_action,
-    result_of,
-)
+from ..protocol import ClientFrame, Result, ServerFrame, Step, encode
+from ._core import ClientCore, StepResult
 from ._http import HTTPConnection
+from ._session import BlockingSession
+from ._ws import normalize_url
 
 if TYPE_CHECKING:
     from ..providers.local import LocalServerProvider
@@ -54,6 +38,15 @@ __all__ = ["HTTPEnvClient"]
 ObsT = TypeVar("ObsT")
 
 _SESSIONS = "/v1/sessions"
+# Each op's method and path below the session's (its frame is the body, but ``state``'s).
+_ROUTES = {
+    "reset": ("POST", "/reset"),
+    "step": ("POST", "/step"),
+    "state": ("GET", "/state"),
+    "snapshot": ("POST", "/snapshot"),
+    "restore": ("POST", "/restore"),
+    "close": ("DELETE", ""),
+}
 _MSGPACK = "application/msgpack"
 _JSON = "application/json"
 
@@ -63,24 +56,15 @@ logger = logging.getLogger("openenv_ws.client.http")
 
 def http_base(url: str) -> tuple[str, str, int, str]:
     """(scheme, host, port, path prefix) of a server URL; a trailing ``/ws`` is dropped."""
-    if "://" not in url:
-        url = "http://" + url
-    parts = urlsplit(url)
-    scheme = {"http": "http", "ws": "http", "https": "https", "wss": "https"}.get(parts.scheme)
-    if scheme is None:
-        raise ValueError(
-            f"URL scheme '{parts.scheme}' is not supported; use http://, https://, ws:// or wss://"
-        )
-    if not parts.hostname:
-        raise ValueError(f"URL '{url}' has no host")
-    prefix = parts.path.rstrip("/")
-    if prefix.endswith("/ws"):
-        prefix = prefix[:-3]
+    parts = urlsplit(normalize_url(url, path=""))  # checks the scheme and the host
+    scheme = "https" if parts.scheme == "wss" else "http"
+    prefix = parts.path.rstrip("/").removesuffix("/ws")
     port = parts.port or (443 if scheme == "https" else 80)
+    assert parts.hostname is not None
     return scheme, parts.hostname, port, prefix
 
 
-class HTTPEnvClient(SessionFacts, Generic[ObsT]):
+class HTTPEnvClient(BlockingSession[ObsT]):
     """A session with a remote environment over the HTTP fallback (blocking).
 
     Same API as :class:`~openenv_ws.client.EnvClient`::
@@ -167,18 +151,6 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
         self._path = f"{prefix}{_SESSIONS}/{opened.session_id}"
         self._legal = legal_actions(opened.spec)
 
-    # ------------------------------------------------------------------ construction
-
-    @classmethod
-    def from_local(
-        cls, *, config: Mapping[str, Any] | None = None, **kwargs: Any
-    ) -> HTTPEnvClient[Any]:
-        """Start a local server subprocess and open a session on it over HTTP.
-
-        The server stops when this client is closed.
-        """
-        return on_local_server(lambda url: cls(url, config=config, **kwargs))
-
     # ------------------------------------------------------------------ properties
 
     @property
@@ -214,7 +186,7 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
 
     def _send(
         self, method: str, path: str, body: bytes | None, timeout: float | None
-    ) -> tuple[int, str, bytearray]:
+    ) -> tuple[int, str, bytes]:
         """The reply to one request; a session's request is re-sent, the same bytes,
         while the connection fails, for up to ``retry_timeout`` seconds."""
         deadline = time.monotonic() + self.retry_timeout
@@ -230,55 +202,21 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
                 time.sleep(pause)
                 pause = min(2 * pause, 1.0)
 
-    def _request(
-        self, method: str, op: str, frame: ClientFrame | None, timeout: float | None
-    ) -> ServerFrame:
+    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
         if self._closed or self._path is None:
             raise self._core.closed_error or InvalidState(
                 "the client is closed; create a new one to open another session", code="closed"
             )
         if self._core.closed_error is not None:
             raise self._core.closed_error
-        path = self._path if op == "close" else f"{self._path}/{op}"
-        return self._exchange(method, path, frame, self.timeout if timeout is DEFAULT else timeout)
+        method, route = _ROUTES[frame.OP]
+        body = frame if method != "GET" else None
+        return self._exchange(method, self._path + route, body, timeout)
 
-    def reset(
-        self,
-        *,
-        seed: int | None = None,
-        episode_id: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        timeout: float | None = DEFAULT,
-    ) -> StepResult[ObsT]:
-        """Start a new episode (deterministic for a given seed)."""
-        frame = self._core.reset_frame(seed, episode_id, options)
-        reply = self._request("POST", "reset", frame, timeout)
-        return self._result_from_wire(ClientCore.expect(reply, Result))
-
-    def step(
-        self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
-    ) -> StepResult[ObsT]:
-        """Advance one step; with ``obs=False`` the observation is left out (None)."""
-        frame = self._core.step_frame(self._action_to_wire(action), obs)
-        reply = self._request("POST", "step", frame, timeout)
-        return self._result_from_wire(ClientCore.expect(reply, Result))
-
-    def state(self, *, timeout: float | None = DEFAULT) -> Any:
-        """The episode state (episode_id, step_count and environment details)."""
-        reply = self._request("GET", "state", None, timeout)
-        return self._state_from_wire(ClientCore.expect(reply, StateReply).state)
-
-    def snapshot(self, *, timeout: float | None = DEFAULT) -> bytes:
-        """An opaque snapshot of the running episode, for :meth:`restore`."""
-        reply = self._request("POST", "snapshot", Snapshot(id=self._core.next_id()), timeout)
-        snap: bytes = ClientCore.expect(reply, SnapshotData).snapshot
-        return snap
-
-    def restore(self, snapshot: bytes, *, timeout: float | None = DEFAULT) -> StepResult[ObsT]:
-        """Continue the episode from `snapshot`; returns the observation there."""
-        frame = Restore(id=self._core.next_id(), snapshot=bytes(snapshot))
-        reply = self._request("POST", "restore", frame, timeout)
-        return self._result_from_wire(ClientCore.expect(reply, Result))
+    def _step_roundtrip(
+        self, rid: int, action: Any, obs: bool, timeout: float | None
+    ) -> ServerFrame:
+        return self._roundtrip(Step(id=rid, action=action, obs=obs), timeout)
 
     def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
@@ -288,7 +226,7 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
             if self._path is not None and self._core.closed_error is None:
                 # Closing is best effort: the server's TTL frees the session anyway.
                 with contextlib.suppress(Exception):
-                    self._exchange("DELETE", self._path, Close(id=self._core.next_id()), 5.0)
+                    self._exchange("DELETE", self._path, self._core.close_frame(), 5.0)
             self._conn.close()
         if self._provider is not None:
             self._provider.stop()
@@ -306,17 +244,17 @@ class HTTPEnvClient(SessionFacts, Generic[ObsT]):
         """Turn a user action into the wire ``action`` value."""
         if self._step_payload_hook is not None:
             return action_from_openenv(self._step_payload_hook(action))
-        return plain_action(action)
+        return super()._action_to_wire(action)
 
     def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
         """Turn a ``result`` frame into the client's result type."""
         if self._parse_result_hook is not None:
             parsed: StepResult[ObsT] = self._parse_result_hook(result_payload(frame, self._legal))
             return parsed
-        return result_of(frame)  # type: ignore[return-value]
+        return super()._result_from_wire(frame)
 
     def _state_from_wire(self, state: dict[str, Any]) -> Any:
         """Turn a ``state`` map into the client's state type."""
         if self._parse_state_hook is not None:
             return self._parse_state_hook(state_payload(state))
-        return state
+        return super()._state_from_wire(state)

@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import InvalidState, OpenEnvError, SessionClosed
-from ..protocol import (
-    Close,
-    GetState,
-    Restore,
-    Result,
-    ServerFrame,
-    Snapshot,
-    SnapshotData,
-    StateReply,
-    encode,
-    encode_step,
-)
-from ._core import (
-    DEFAULT,
-    ClientCore,
-    SessionFacts,
-    StepResult,
-    on_local_server,
-    plain_action,
-    result_of,
-)
+from ..errors import InvalidState, SessionClosed
+from ..protocol import ClientFrame, ServerFrame, encode, encode_step
+from ._core import ClientCore
 from ._idle import CallGuard, keep_alive, read_last_words
-from ._resume import Resumption, can_resume
+from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run
+from ._session import BlockingSession
 from ._ws import BlockingWebSocket, normalize_url
 
 if TYPE_CHECKING:
@@ -38,12 +19,10 @@ if TYPE_CHECKING:
 
 __all__ = ["EnvClient"]
 
-logger = logging.getLogger("openenv_ws.client")
-
 ObsT = TypeVar("ObsT")
 
 
-class EnvClient(SessionFacts, Generic[ObsT]):
+class EnvClient(BlockingSession[ObsT]):
     """A session with a remote environment over one WebSocket (blocking).
 
     Example::
@@ -126,7 +105,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         try:
             self._ws = self._connect(open_timeout)
             try:
-                self._core.opened(self._request(self._core.open_frame(), open_timeout))
+                self._core.opened(self._roundtrip(self._core.open_frame(), open_timeout))
             except BaseException:
                 self._ws.close()
                 raise
@@ -134,18 +113,6 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             self._core.release()
             raise
         keep_alive(self._ws)
-
-    # ------------------------------------------------------------------ construction
-
-    @classmethod
-    def from_local(
-        cls, *, config: Mapping[str, Any] | None = None, **kwargs: Any
-    ) -> EnvClient[Any]:
-        """Start a local server subprocess and open a session on it.
-
-        The server stops when this client is closed.
-        """
-        return on_local_server(lambda url: cls(url, config=config, **kwargs))
 
     # ------------------------------------------------------------------ properties
 
@@ -167,8 +134,13 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
         return ws
 
-    def _request(self, frame: Any, timeout: float | None) -> ServerFrame:
+    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
         return self._send_request(encode(frame), frame.id, timeout)
+
+    def _step_roundtrip(
+        self, rid: int, action: Any, obs: bool, timeout: float | None
+    ) -> ServerFrame:
+        return self._send_request(encode_step(rid, action, obs), rid, timeout)
 
     def _send_request(self, data: bytes, rid: int, timeout: float | None) -> ServerFrame:
         guard = self._guard
@@ -182,39 +154,25 @@ class EnvClient(SessionFacts, Generic[ObsT]):
     def _call(self, data: bytes, rid: int, timeout: float | None) -> ServerFrame:
         """:meth:`_send_request` with the guard held."""
         ws = self._ws
+        core = self._core
         if ws is None or self._closing:
             raise self._closed_error()
         try:
-            reply = exchange(ws, self._core, data, rid, timeout)
+            reply = exchange(ws, core, data, rid, timeout)
         except SessionClosed as exc:
-            read_last_words(ws, self._core)  # closed between calls: what the server said
-            if self._core.closed_error is not None:
-                raise self._core.closed_error from None
-            if not (self.resume_timeout > 0 and can_resume(self._core, exc)):
-                raise
-            reply = self._resume(data, rid, timeout, exc)
-        return self._core.check(reply)
+            read_last_words(ws, core)  # closed between calls: what the server said
+            resumed = run(resume(core, self, exc, data, rid, timeout), self._perform)
+            assert resumed is not None  # the reply to `rid`
+            reply = resumed
+        return core.check(reply)
 
-    def _resume(self, data: bytes, rid: int, timeout: float | None, cause: SessionClosed) -> Any:
-        """Reconnect, take the session back and re-send `data`; its reply, or raise why not."""
-        logger.info("connection to %s dropped (%s); resuming the session", self.url, cause.reason)
-        attempt = Resumption(self._core, self.url, cause, self.resume_timeout)
-        while True:
-            try:
-                ws = self._connect(attempt.connect_timeout(self.open_timeout))
-                try:
-                    frame = attempt.open_frame()
-                    ws.send(encode(frame))
-                    attempt.opened(reply_to(ws, self._core, frame.id, self.open_timeout))
-                except BaseException:
-                    ws.close(timeout=0.1)
-                    raise
-                self._ws = ws
-                keep_alive(ws)
-                ws.send(data)
-                return reply_to(ws, self._core, rid, timeout)
-            except OpenEnvError as exc:
-                time.sleep(attempt.retry_after(exc))
+    def _perform(self, effect: Effect) -> Any:
+        """Do one effect of the resume procedure (:func:`~._resume.resume`)."""
+        if isinstance(effect, Adopt):
+            self._ws = effect.conn
+            keep_alive(effect.conn)
+            return None
+        return perform(effect, self._core, self._connect)
 
     def _closed_error(self) -> Exception:
         if self._core.closed_error is not None:
@@ -226,53 +184,6 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             "the client is closed; create a new one to open another session", code="closed"
         )
 
-    def reset(
-        self,
-        *,
-        seed: int | None = None,
-        episode_id: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        timeout: float | None = DEFAULT,
-    ) -> StepResult[ObsT]:
-        """Start a new episode (deterministic for a given seed)."""
-        frame = self._core.reset_frame(seed, episode_id, options)
-        reply = self._request(frame, self.timeout if timeout is DEFAULT else timeout)
-        return self._result_from_wire(ClientCore.expect(reply, Result))
-
-    def step(
-        self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
-    ) -> StepResult[ObsT]:
-        """Advance one step; with ``obs=False`` the observation is left out (None)."""
-        rid = self._core.next_id()
-        data = encode_step(rid, self._action_to_wire(action), obs)
-        reply = self._send_request(data, rid, self.timeout if timeout is DEFAULT else timeout)
-        if type(reply) is not Result:
-            ClientCore.expect(reply, Result)
-        return self._result_from_wire(reply)  # type: ignore[arg-type]
-
-    def state(self, *, timeout: float | None = DEFAULT) -> Any:
-        """The episode state (episode_id, step_count and environment details)."""
-        reply = self._request(
-            GetState(id=self._core.next_id()), self.timeout if timeout is DEFAULT else timeout
-        )
-        return self._state_from_wire(ClientCore.expect(reply, StateReply).state)
-
-    def snapshot(self, *, timeout: float | None = DEFAULT) -> bytes:
-        """An opaque snapshot of the running episode, for :meth:`restore`."""
-        reply = self._request(
-            Snapshot(id=self._core.next_id()), self.timeout if timeout is DEFAULT else timeout
-        )
-        snap: bytes = ClientCore.expect(reply, SnapshotData).snapshot
-        return snap
-
-    def restore(self, snapshot: bytes, *, timeout: float | None = DEFAULT) -> StepResult[ObsT]:
-        """Continue the episode from `snapshot`; returns the observation there."""
-        reply = self._request(
-            Restore(id=self._core.next_id(), snapshot=bytes(snapshot)),
-            self.timeout if timeout is DEFAULT else timeout,
-        )
-        return self._result_from_wire(ClientCore.expect(reply, Result))
-
     def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
         self.resume_timeout = 0.0  # a session being closed is not worth resuming
@@ -280,7 +191,7 @@ class EnvClient(SessionFacts, Generic[ObsT]):
             ws = self._ws
             if ws is not None and not ws.closed and not self._closing:
                 try:
-                    frame = Close(id=self._core.next_id())
+                    frame = self._core.close_frame()
                     self._call(encode(frame), frame.id, 5.0)
                     ws.recv(self._core.decode, timeout=5.0)  # returns by the server's close frame
                 except Exception:  # noqa: BLE001 - closing is best effort; the socket goes anyway
@@ -302,20 +213,6 @@ class EnvClient(SessionFacts, Generic[ObsT]):
         ws = getattr(self, "_ws", None)
         if ws is not None and not ws.closed:
             ws.close(timeout=0.5)
-
-    # ------------------------------------------------------------------ hooks for typed clients
-
-    def _action_to_wire(self, action: Any) -> Any:
-        """Turn a user action into the wire ``action`` value."""
-        return plain_action(action)
-
-    def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
-        """Turn a ``result`` frame into the client's result type."""
-        return result_of(frame)  # type: ignore[return-value]
-
-    def _state_from_wire(self, state: dict[str, Any]) -> Any:
-        """Turn a ``state`` map into the client's state type."""
-        return state
 
 
 def exchange(
@@ -346,3 +243,25 @@ def reply_to(
         reply = ws.recv(decode, timeout=timeout)
         if is_reply(rid, reply):
             return reply
+
+
+def perform(
+    effect: Effect, core: ClientCore, connect: Callable[[float | None], BlockingWebSocket]
+) -> Any:
+    """Do one effect of the resume procedure on blocking WebSockets (all but :class:`Adopt`)."""
+    match effect:
+        case Connect(timeout=timeout):
+            return connect(timeout)
+        case Exchange(conn=ws, data=data, rid=rid, timeout=timeout):
+            if data is not None:
+                ws.send(data)
+            return reply_to(ws, core, rid, timeout)
+        case Send(conn=ws, data=data):
+            ws.send(data)
+        case Discard(conn=ws):
+            ws.close(timeout=0.1)
+        case Sleep(seconds=seconds):
+            time.sleep(seconds)
+        case _:
+            raise AssertionError(f"unexpected effect {effect!r}")
+    return None

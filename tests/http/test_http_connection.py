@@ -86,7 +86,7 @@ def test_one_request_is_one_write_with_head_and_body(canned: list[CannedServer])
     conn = serve(
         canned, (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: a/b\r\n\r\nok", False)
     )
-    assert conn.request("POST", "/x", b"body", 5 * UNIT, 100) == (200, "a/b", bytearray(b"ok"))
+    assert conn.request("POST", "/x", b"body", 5 * UNIT, 100) == (200, "a/b", b"ok")
     request = canned[0].requests[0]
     assert request.startswith(b"POST /x HTTP/1.1\r\nHost: 127.0.0.1:")
     assert b"Accept: application/json\r\n" in request and request.endswith(b"\r\n\r\nbody")
@@ -95,7 +95,7 @@ def test_one_request_is_one_write_with_head_and_body(canned: list[CannedServer])
 def test_chunked_replies_are_joined(canned: list[CannedServer]) -> None:
     reply = b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nT: 1\r\n\r\n"
     conn = serve(canned, (reply, False), (b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nz", False))
-    assert conn.request("GET", "/", None, 5 * UNIT, 100) == (404, "", bytearray(b"abcde"))
+    assert conn.request("GET", "/", None, 5 * UNIT, 100) == (404, "", b"abcde")
     assert conn.request("GET", "/", None, 5 * UNIT, 100)[2] == b"z"
     assert canned[0].connections == 1  # kept alive across both
 
@@ -119,6 +119,18 @@ def test_a_reply_larger_than_the_limit_is_refused_before_it_is_read(
     conn = serve(canned, (b"HTTP/1.1 200 OK\r\ncontent-length: 5000\r\n\r\n", False))
     with pytest.raises(PayloadTooBig):
         conn.request("GET", "/", None, 5 * UNIT, 1000)
+
+
+def test_a_chunked_reply_is_refused_once_it_grows_past_the_limit(
+    canned: list[CannedServer],
+) -> None:
+    chunk = b"400\r\n" + b"x" * 0x400 + b"\r\n"
+    reply = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunk * 3 + b"0\r\n\r\n"
+    conn = serve(canned, (reply, False), (reply, False))
+    with pytest.raises(PayloadTooBig):
+        conn.request("GET", "/", None, 5 * UNIT, 2000)
+    assert not conn.connected  # what is left of the reply is never read as the next one's
+    assert len(conn.request("GET", "/", None, 5 * UNIT, 4000)[2]) == 3 * 0x400
 
 
 def test_a_reply_that_is_not_http_is_a_protocol_error(canned: list[CannedServer]) -> None:

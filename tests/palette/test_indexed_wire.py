@@ -185,8 +185,8 @@ def test_vector_sessions_match_full_colour_ones(atari_server: ServerThread) -> N
         VectorEnvClient(atari_server.url, indexed_frames=True, **kwargs) as fast,
         VectorEnvClient(atari_server.url, indexed_frames=False, **kwargs) as plain,
     ):
-        assert all(core.palette is not None for core in fast._cores)
-        assert all(core.palette is None for core in plain._cores)
+        assert all(core.palette is not None for core in (slot.core for slot in fast._slots))
+        assert all(core.palette is None for core in (slot.core for slot in plain._slots))
         a, _ = fast.reset(seed=4)
         b, _ = plain.reset(seed=4)
         np.testing.assert_array_equal(a, b)

@@ -221,10 +221,12 @@ def test_vector_sessions_use_shared_memory_and_match_in_process() -> None:
     with serve() as server:
         # Without resumption no later connection offers a region: the descriptors go.
         with VectorEnvClient(server.url, n, config=BIG, resume=False) as envs:
-            assert all(core.shared is not None and core.shared.fd == -1 for core in envs._cores)
+            cores = [slot.core for slot in envs._slots]
+            assert all(core.shared is not None and core.shared.fd == -1 for core in cores)
         with VectorEnvClient(server.url, n, config=BIG) as envs:
             # Kept for a resumed session's new connection to offer again.
-            assert all(core.shared is not None and core.shared.fd >= 0 for core in envs._cores)
+            cores = [slot.core for slot in envs._slots]
+            assert all(core.shared is not None and core.shared.fd >= 0 for core in cores)
             obs, _ = envs.reset(seed=[1, 2, 3])
             for i, env in enumerate(locals_):
                 np.testing.assert_array_equal(obs[i], env.reset(seed=i + 1).obs)

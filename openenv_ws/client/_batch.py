@@ -1,0 +1,128 @@
+"""The arrays a vector client hands out: results gathered into Gymnasium's vector layout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..environment import ArraySpec
+from ..protocol import Result
+
+__all__ = ["Arrival", "Batcher", "StepBatch", "seeds_for", "stack_infos"]
+
+Array = np.ndarray[Any, Any]
+#: ``(observations, rewards, terminations, truncations, infos)``
+StepBatch = tuple[Array, Array, Array, Array, dict[str, Any]]
+#: One env's result as it arrived: env id, result, and for a same-step
+#: autoreset the ending step's ``(observation, info)``.
+Arrival = tuple[int, Result, Any]
+
+_DTYPES: dict[type, Any] = {int: np.int64, float: np.float64, bool: np.bool_}
+
+
+class Batcher:
+    """Preallocated arrays for `num_envs` results of observation spec `spec`.
+
+    Args:
+        num_envs: rows of the by-env arrays.
+        spec: the observation spec every env shares.
+        copy: hand out copies (True) or the buffers themselves, valid until
+            the next call (False).
+    """
+
+    def __init__(self, num_envs: int, spec: ArraySpec, *, copy: bool) -> None:
+        self.num_envs = num_envs
+        self.copy = copy
+        self.obs = np.zeros((num_envs, *spec.shape), spec.dtype)
+        self.rewards = np.zeros(num_envs, np.float64)
+        self.terminations = np.zeros(num_envs, np.bool_)
+        self.truncations = np.zeros(num_envs, np.bool_)
+        # recv()'s rows in arrival order; made on first use (step() never needs it).
+        self._arrival_obs: Array | None = None
+
+    def batch(self, arrivals: list[Arrival], *, by_id: bool) -> StepBatch:
+        """The arrays of `arrivals`: one row per env (`by_id`, envs that did not
+        answer keep their rows) or one row per arrival with ``infos["env_id"]``."""
+        k = len(arrivals)
+        if by_id:
+            obs, rewards, terms, truncs = (
+                self.obs,
+                self.rewards,
+                self.terminations,
+                self.truncations,
+            )
+        else:
+            if self._arrival_obs is None:
+                self._arrival_obs = np.zeros_like(self.obs)
+            obs = self._arrival_obs[:k]
+            rewards = np.empty(k, np.float64)
+            terms = np.empty(k, np.bool_)
+            truncs = np.empty(k, np.bool_)
+        infos: list[dict[str, Any] | None] = [None] * (self.num_envs if by_id else k)
+        finals: list[tuple[int, Any, Any]] = []
+        for row, (i, frame, final) in enumerate(arrivals):
+            r = i if by_id else row
+            if frame.obs is not None:
+                obs[r] = frame.obs
+            rewards[r] = frame.reward
+            terms[r] = frame.terminated
+            truncs[r] = frame.truncated
+            infos[r] = frame.info
+            if final is not None:
+                finals.append((r, *final))
+        info = stack_infos(infos)
+        if finals:
+            n = len(infos)
+            final_obs = np.empty(n, object)
+            final_info = np.empty(n, object)
+            mask = np.zeros(n, np.bool_)
+            for r, o, inf in finals:
+                final_obs[r], final_info[r], mask[r] = o, inf, True
+            info.update(
+                final_obs=final_obs, _final_obs=mask, final_info=final_info, _final_info=mask.copy()
+            )
+        if not by_id:
+            info["env_id"] = np.fromiter((a[0] for a in arrivals), np.int64, k)
+        if self.copy:
+            return obs.copy(), rewards.copy(), terms.copy(), truncs.copy(), info
+        return obs, rewards, terms, truncs, info
+
+
+def stack_infos(infos: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Per-env info maps in Gymnasium's vector layout: one array per key plus its mask."""
+    n = len(infos)
+    out: dict[str, Any] = {}
+    for r, info in enumerate(infos):
+        if not info:
+            continue
+        for key, value in info.items():
+            column = out.get(key)
+            if column is None:
+                kind = type(value)
+                dtype: Any = _DTYPES.get(kind, object)
+                column = out[key] = np.zeros(n, dtype)
+                out["_" + key] = np.zeros(n, np.bool_)
+            try:
+                column[r] = value
+            except (TypeError, ValueError, OverflowError):
+                column = out[key] = column.astype(object)
+                column[r] = value
+            out["_" + key][r] = True
+    return out
+
+
+def seeds_for(seed: int | Sequence[int | None] | None, ids: list[int], n: int) -> list[int | None]:
+    """The seed of each reset env: `seed` + env id for one int (as Gymnasium does),
+    or one seed per env (all `n`, or one per reset env)."""
+    if seed is None:
+        return [None] * len(ids)
+    if isinstance(seed, int | np.integer):
+        return [int(seed) + i for i in ids]
+    seeds = list(seed)
+    if len(seeds) == n and len(ids) != n:
+        seeds = [seeds[i] for i in ids]
+    if len(seeds) != len(ids):
+        raise ValueError(f"{len(seeds)} seeds for {len(ids)} envs; give one seed per env")
+    return [None if s is None else int(s) for s in seeds]
