@@ -23,11 +23,10 @@ from ..wire.framing import (
     OP_PING,
     OP_PONG,
     Assembler,
-    Frame,
     FrameError,
-    FrameReader,
     close_payload,
     parse_close,
+    parse_head,
     serialize,
 )
 from ._ws import ConnectionFacts, check_handshake_answer, endpoint, handshake_request
@@ -49,8 +48,7 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         ConnectionFacts.__init__(self, url, max_size)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray()  # the handshake answer, until it is complete
-        self._reader = FrameReader(masked=False, max_size=max_size)
+        self._buf = bytearray()  # received bytes not parsed yet (the handshake answer first)
         self._assembler = Assembler(max_size)
         self._head: asyncio.Future[str] | None = self._loop.create_future()
         self._messages: collections.deque[bytes] = collections.deque()
@@ -109,21 +107,17 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         self._transport = cast(asyncio.Transport, transport)  # TCP_NODELAY is set by the loop
 
     def data_received(self, data: bytes) -> None:
+        self._buf += data
         head = self._head
-        if head is None or head.done():  # else: frames after the answer wait until it is checked
-            self._reader.feed(data)
-            if head is None:
-                self._parse()
-            return
-        buf = self._buf
-        buf += data
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            head.set_result(bytes(buf[:end]).decode("latin-1"))
-            self._reader.feed(buf[end + 4 :])
-            self._buf = bytearray()
-        elif len(buf) > _MAX_HEAD:
-            head.set_exception(ProtocolError("the handshake answer headers exceed 64 KiB"))
+        if head is None:
+            self._parse()
+        elif not head.done():  # else: frames after the answer wait until it is checked
+            end = self._buf.find(b"\r\n\r\n")
+            if end >= 0:
+                head.set_result(bytes(self._buf[:end]).decode("latin-1"))
+                del self._buf[: end + 4]
+            elif len(self._buf) > _MAX_HEAD:
+                head.set_exception(ProtocolError("the handshake answer headers exceed 64 KiB"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head is not None and not self._head.done():
@@ -149,32 +143,37 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
     # ------------------------------------------------------------------ frames in
 
     def _parse(self) -> None:
-        reader = self._reader
+        buf = self._buf
+        pos = 0
         try:
             while not self.closed:
-                frame = reader.next_frame()
-                if frame is None:
+                head = parse_head(buf, pos, len(buf), False, self.max_size)
+                if head is None or head[2] > len(buf):
                     break
-                self._frame(frame)
+                first, start, pos = head
+                with memoryview(buf) as view:  # one copy of the payload, not two
+                    payload = bytes(view[start:pos])
+                if first == 0x82 and not self._assembler.active:  # final binary: the common case
+                    self._messages.append(payload)
+                else:
+                    self._frame(first, payload)
         except FrameError as exc:
             self._fail(exc.code, exc.reason)
         finally:
+            del buf[:pos]
             self._wake()
 
-    def _frame(self, frame: Frame) -> None:
-        opcode = frame.opcode
+    def _frame(self, first: int, payload: bytes) -> None:
+        opcode = first & 0x0F
         if opcode < OP_CLOSE:
-            if opcode == OP_BINARY and frame.fin and not self._assembler.active:
-                self._messages.append(frame.payload)
-                return
-            whole = self._assembler.add(opcode, frame.fin, frame.payload)
+            whole = self._assembler.add(opcode, first > 0x7F, payload)
             if whole is not None:
                 self._messages.append(whole[1])
         elif opcode == OP_PING:
-            self._write(serialize(OP_PONG, frame.payload, mask=True))
+            self._write(serialize(OP_PONG, payload, mask=True))
         elif opcode == OP_CLOSE:
-            code, reason = parse_close(frame.payload)
-            self._write(serialize(OP_CLOSE, frame.payload[:2], mask=True))
+            code, reason = parse_close(payload)
+            self._write(serialize(OP_CLOSE, payload[:2], mask=True))
             self._gone_with(code, reason)
             if self._transport is not None:
                 self._transport.close()

@@ -335,11 +335,11 @@ class FrameReader:
                 self._pos = 0
             return None
         first, start, stop = head
-        if self.masked:
-            with memoryview(buf) as view:
-                payload = apply_mask(view[start:stop], buf[start - 4 : start])
-        else:
-            payload = bytes(buf[start:stop])
+        with memoryview(buf) as view:  # one copy of the payload, not two
+            if self.masked:
+                payload = apply_mask(view[start:stop], view[start - 4 : start])
+            else:
+                payload = bytes(view[start:stop])
         self._pos = stop
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, slower by half.
         return tuple.__new__(Frame, (first > 0x7F, first & 0x0F, payload, (first >> 4) & 7))
