@@ -1,27 +1,33 @@
-"""A kept-alive HTTP/1.1 client connection; replies are read by the standard
-library's ``http.client`` (status line, headers, ``Content-Length``, chunked
-bodies, bodies delimited by the connection's close).
+"""A kept-alive HTTP/1.1 client connection; replies are parsed by ``httptools``
+(llhttp, the parser uvicorn serves with): status line, headers,
+``Content-Length``, chunked bodies, bodies delimited by the connection's close.
 
-Each request is one ``sendall`` of the head and body together: two segments
-would cost the server a second read (``http.client``'s own request writer
-sends them apart). A reply larger than the caller's limit is refused from its
-``Content-Length`` before its body is read, a chunked one as soon as it grows
-past the limit. A connection the server closed while idle (its keep-alive
-timeout) is noticed before sending and reopened, so no request is lost to it.
+Each request is one ``sendall`` of the head and body together (two segments
+would cost the server a second read). A reply larger than the caller's limit
+is refused from its ``Content-Length`` before its body is read, a chunked one
+as soon as it grows past the limit. A connection the server closed while
+idle (its keep-alive timeout) is noticed before sending and reopened, so no
+request is lost to it.
 """
 
 from __future__ import annotations
 
-import http.client
 import select
 import socket
 import ssl
+
+import httptools
 
 from ..errors import PayloadTooBig, ProtocolError, RequestTimeout, ServerUnavailable
 
 __all__ = ["HTTPConnection"]
 
-_PIECE = 1 << 16  # bytes read at a time from a reply of unknown length
+_HEAD_LIMIT = 64 << 10
+_PIECE = 1 << 16  # bytes read at a time
+
+
+class _Closed(Exception):
+    """The server closed the connection before its reply was complete."""
 
 
 class HTTPConnection:
@@ -47,10 +53,6 @@ class HTTPConnection:
         """Whether a socket is open (the next request reuses it)."""
         return self._sock is not None
 
-    def fileno(self) -> int:
-        """The open socket's descriptor (-1 when none is open)."""
-        return -1 if self._sock is None else self._sock.fileno()
-
     def _fresh(self, timeout: float | None) -> socket.socket:
         sock = self._sock
         # An idle kept-alive connection is readable only when the server closed it.
@@ -75,7 +77,7 @@ class HTTPConnection:
         body: bytes | None,
         timeout: float | None,
         max_size: int,
-    ) -> tuple[int, str, bytes]:
+    ) -> tuple[int, str, bytearray]:
         """Send one request; (status, content type, body) of the reply.
 
         Raises:
@@ -87,50 +89,28 @@ class HTTPConnection:
         """
         payload = body or b""
         head = f"{method} {path} HTTP/1.1\r\n{self._fixed}Content-Length: {len(payload)}\r\n\r\n"
+        reply = _Reply(max_size)
         try:
             sock = self._fresh(timeout)
-            # Head and body in one write: two segments would cost the server a second read.
             sock.sendall(head.encode("latin-1") + payload)
-            reply = http.client.HTTPResponse(sock, method=method)
-            try:
-                reply.begin()
-                data = _body(reply, max_size)
-            finally:
-                reply.close()  # the response's reader, not the socket
+            reply.read(sock)
         except TimeoutError:
             self.close()
             raise RequestTimeout(
                 f"no reply to {method} {path} within {timeout} s from {self.host}:{self.port}"
             ) from None
-        except http.client.RemoteDisconnected:
+        except (OSError, _Closed) as exc:
             self.close()
-            raise self._unavailable(path, "the server closed the connection") from None
-        except http.client.IncompleteRead:
-            self.close()
-            raise self._unavailable(
-                path, "the server closed the connection in the middle of a reply"
+            raise ServerUnavailable(
+                f"HTTP request to {self.scheme}://{self.host}:{self.port}{path} failed "
+                f"({type(exc).__name__}: {exc or 'connection closed'}); is the server running?"
             ) from None
-        except http.client.BadStatusLine as exc:
-            self.close()
-            raise ProtocolError(f"the reply is not HTTP/1.1: {str(exc)[:80]}") from None
-        except http.client.HTTPException as exc:
-            self.close()
-            raise ProtocolError(f"the reply is not valid HTTP/1.1: {exc}") from None
-        except OSError as exc:
-            self.close()
-            raise self._unavailable(path, f"{type(exc).__name__}: {exc}") from None
-        except PayloadTooBig:
+        except (PayloadTooBig, ProtocolError):
             self.close()
             raise
-        if reply.will_close:
+        if reply.close:
             self.close()
-        return reply.status, reply.getheader("content-type", ""), data
-
-    def _unavailable(self, path: str, why: str) -> ServerUnavailable:
-        return ServerUnavailable(
-            f"HTTP request to {self.scheme}://{self.host}:{self.port}{path} failed "
-            f"({why}); is the server running?"
-        )
+        return reply.status, reply.media, reply.body
 
     def close(self) -> None:
         """Close the socket (the next request opens a new one)."""
@@ -139,16 +119,100 @@ class HTTPConnection:
             sock.close()
 
 
-def _body(reply: http.client.HTTPResponse, max_size: int) -> bytes:
-    """The reply's whole body, refused as soon as it is known to exceed `max_size`."""
-    if reply.length is not None:
-        if reply.length > max_size:
-            raise PayloadTooBig(reply.length, max_size)
-        return reply.read()
-    # Chunked, or delimited by the connection's close: read piece by piece.
-    data = bytearray()
-    while piece := reply.read(_PIECE):
-        data += piece
-        if len(data) > max_size:
-            raise PayloadTooBig(len(data), max_size)
-    return bytes(data)
+class _Reply:
+    """One reply as the parser's callbacks see it, with this client's limits."""
+
+    __slots__ = (
+        "body",
+        "chunked",
+        "close",
+        "complete",
+        "length",
+        "max_size",
+        "media",
+        "parser",
+        "status",
+    )
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.media = ""
+        self.close = False  # the connection ends with this reply
+        self.length: int | None = None  # the Content-Length
+        self.chunked = False
+        self.complete = False
+        self.body = bytearray()
+
+    def read(self, sock: socket.socket) -> None:
+        """Read from `sock` until the reply is complete."""
+        head = bytearray()
+        while (end := head.find(b"\r\n\r\n")) < 0:
+            if len(head) > _HEAD_LIMIT:
+                raise ProtocolError(f"the reply's head is longer than {_HEAD_LIMIT} bytes")
+            data = sock.recv(_PIECE)
+            if not data:
+                raise _Closed("the server closed the connection")
+            head += data
+        self._feed(memoryview(head)[: end + 4])
+        rest = memoryview(head)[end + 4 :]
+        if self.length is not None:
+            # The body goes straight from the socket into its buffer.
+            body = self.body = bytearray(self.length)
+            have = min(len(rest), self.length)
+            body[:have] = rest[:have]
+            view = memoryview(body)
+            while have < self.length:
+                got = sock.recv_into(view[have:])
+                if not got:
+                    raise _Closed("the server closed the connection in the middle of a reply")
+                have += got
+            return
+        if rest:
+            self._feed(rest)
+        while not self.complete:
+            data = sock.recv(_PIECE)
+            if not data:
+                if not self.chunked:
+                    self.close = True  # the body was delimited by the close
+                    return
+                raise _Closed("the server closed the connection in the middle of a reply")
+            self._feed(data)
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, (PayloadTooBig, ProtocolError)):
+                raise exc.__context__ from None
+            raise ProtocolError(f"the reply is not valid HTTP/1.1: {exc}") from None
+        except httptools.HttpParserError as exc:
+            raise ProtocolError(f"the reply is not HTTP/1.1: {exc}") from None
+
+    # ------------------------------------------------------------------ parser callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.lower()
+        if key == b"content-type":
+            self.media = value.decode("latin-1")
+        elif key == b"content-length":
+            length = int(value)  # (llhttp has checked it is a number)
+            if length > self.max_size:
+                raise PayloadTooBig(length, self.max_size)
+            self.length = length
+        elif key == b"transfer-encoding" and b"chunked" in value.lower():
+            self.chunked = True
+        elif key == b"connection" and value.lower() == b"close":
+            self.close = True
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+        if len(self.body) > self.max_size:
+            raise PayloadTooBig(len(self.body), self.max_size)
+
+    def on_message_complete(self) -> None:
+        self.complete = True

@@ -186,7 +186,7 @@ class HTTPEnvClient(BlockingSession[ObsT]):
 
     def _send(
         self, method: str, path: str, body: bytes | None, timeout: float | None
-    ) -> tuple[int, str, bytes]:
+    ) -> tuple[int, str, bytearray]:
         """The reply to one request; a session's request is re-sent, the same bytes,
         while the connection fails, for up to ``retry_timeout`` seconds."""
         deadline = time.monotonic() + self.retry_timeout

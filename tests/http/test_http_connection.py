@@ -86,7 +86,7 @@ def test_one_request_is_one_write_with_head_and_body(canned: list[CannedServer])
     conn = serve(
         canned, (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: a/b\r\n\r\nok", False)
     )
-    assert conn.request("POST", "/x", b"body", 5 * UNIT, 100) == (200, "a/b", b"ok")
+    assert conn.request("POST", "/x", b"body", 5 * UNIT, 100) == (200, "a/b", bytearray(b"ok"))
     request = canned[0].requests[0]
     assert request.startswith(b"POST /x HTTP/1.1\r\nHost: 127.0.0.1:")
     assert b"Accept: application/json\r\n" in request and request.endswith(b"\r\n\r\nbody")
@@ -95,7 +95,7 @@ def test_one_request_is_one_write_with_head_and_body(canned: list[CannedServer])
 def test_chunked_replies_are_joined(canned: list[CannedServer]) -> None:
     reply = b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nT: 1\r\n\r\n"
     conn = serve(canned, (reply, False), (b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nz", False))
-    assert conn.request("GET", "/", None, 5 * UNIT, 100) == (404, "", b"abcde")
+    assert conn.request("GET", "/", None, 5 * UNIT, 100) == (404, "", bytearray(b"abcde"))
     assert conn.request("GET", "/", None, 5 * UNIT, 100)[2] == b"z"
     assert canned[0].connections == 1  # kept alive across both
 
