@@ -14,13 +14,16 @@ pieces.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import numpy as np
 
 from ..environment import EnvSpec
 from ..protocol import ClientFrame, Result, ServerFrame, SnapshotData, StateReply
 from ._core import DEFAULT, ClientCore, StepResult
+
+if TYPE_CHECKING:
+    from ..providers import ServerProvider
 
 __all__ = ["BlockingSession", "SessionOps", "on_local_server"]
 
@@ -102,6 +105,24 @@ class SessionOps(Generic[ObsT]):
 class BlockingSession(SessionOps[ObsT]):
     """The five ops of a blocking client; a transport supplies the round trips."""
 
+    #: The local server this client started (:meth:`from_local`), stopped on close.
+    _provider: ServerProvider | None = None
+
+    def close(self) -> None:
+        """Close the session and free the server's environment. Idempotent."""
+        raise NotImplementedError
+
+    def _stop_provider(self) -> None:
+        provider, self._provider = self._provider, None
+        if provider is not None:
+            provider.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @classmethod
     def from_local(cls, *, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Self:
         """Start a local server subprocess and open a session on it.
@@ -170,5 +191,5 @@ def on_local_server(open_client: Callable[[str], C]) -> C:
     except BaseException:
         provider.stop()
         raise
-    client._provider = provider  # type: ignore[attr-defined]
+    client._provider = provider  # type: ignore[attr-defined]  # BlockingSession's
     return client

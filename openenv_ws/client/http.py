@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import InvalidState, ProtocolError, ServerUnavailable
@@ -29,9 +29,6 @@ from ._core import ClientCore, StepResult
 from ._http import HTTPConnection
 from ._session import BlockingSession
 from ._ws import normalize_url
-
-if TYPE_CHECKING:
-    from ..providers.local import LocalServerProvider
 
 __all__ = ["HTTPEnvClient"]
 
@@ -136,7 +133,6 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         self._path: str | None = None
         self._closed = False
         self._legal: list[int] = []
-        self._provider: LocalServerProvider | None = None
         # OpenEnv-style hooks, looked up once.
         self._step_payload_hook = getattr(self, "_step_payload", None)
         self._parse_result_hook = getattr(self, "_parse_result", None)
@@ -228,15 +224,7 @@ class HTTPEnvClient(BlockingSession[ObsT]):
                 with contextlib.suppress(Exception):
                     self._exchange("DELETE", self._path, self._core.close_frame(), 5.0)
             self._conn.close()
-        if self._provider is not None:
-            self._provider.stop()
-            self._provider = None
-
-    def __enter__(self) -> HTTPEnvClient[ObsT]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._stop_provider()
 
     # ------------------------------------------------------------------ hooks
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import InvalidState, SessionClosed
 from ..protocol import ClientFrame, ServerFrame, encode, encode_step
@@ -13,9 +13,6 @@ from ._idle import CallGuard, keep_alive, read_last_words
 from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run
 from ._session import BlockingSession
 from ._ws import BlockingWebSocket, normalize_url
-
-if TYPE_CHECKING:
-    from ..providers import ServerProvider
 
 __all__ = ["EnvClient"]
 
@@ -97,7 +94,6 @@ class EnvClient(BlockingSession[ObsT]):
             indexed_frames=indexed_frames,
         )
         self._core.offer_shared_memory(self.url, shared_memory)
-        self._provider: ServerProvider | None = None
         self._ws: BlockingWebSocket | None = None
         self._closing = False
         # Held around each call; the heartbeat thread reads only when it is free.
@@ -199,15 +195,7 @@ class EnvClient(BlockingSession[ObsT]):
                 ws.close()
             self._closing = True
         self._core.release()
-        if self._provider is not None:
-            self._provider.stop()
-            self._provider = None
-
-    def __enter__(self) -> EnvClient[ObsT]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._stop_provider()
 
     def __del__(self) -> None:
         ws = getattr(self, "_ws", None)
