@@ -1,9 +1,9 @@
 """The environment contract, dm_env style: one suite, every transport, two environments.
 
 Each test is run for every transport of :data:`transports.TRANSPORTS`
-(in-process, WebSocket sync and async, HTTP fallback in MessagePack and JSON,
-and the vector client) and for two environments: the
-deterministic fake one and Atari Pong. In-process runs are the reference the
+(in-process, WebSocket sync through shared memory and through the socket,
+WebSocket async, HTTP fallback in MessagePack and JSON, and the vector client)
+and for two environments: the deterministic fake one and Atari Pong. In-process runs are the reference the
 remote ones must match bit for bit.
 """
 

@@ -196,10 +196,20 @@ def _row(infos: Mapping[str, Any]) -> dict[str, Any]:
 #: name -> maker of a session from (server URL, environment factory, config).
 Maker = Callable[[str, EnvFactory, Mapping[str, Any]], Transport]
 #: The transports whose steps can leave the observation out (``obs=False``).
-NO_OBS = {"in-process", "websocket-sync", "websocket-async", "http-msgpack", "http-json"}
+NO_OBS = {
+    "in-process",
+    "websocket-sync",
+    "websocket-sync-socket",
+    "websocket-async",
+    "http-msgpack",
+    "http-json",
+}
 TRANSPORTS: dict[str, Maker] = {
     "in-process": lambda url, factory, config: InProcess(factory, config),
     "websocket-sync": lambda url, factory, config: Blocking(EnvClient(url, config=config)),
+    "websocket-sync-socket": lambda url, factory, config: Blocking(
+        EnvClient(url, config=config, shared_memory=False)
+    ),
     "websocket-async": lambda url, factory, config: Async(url, config),
     "http-msgpack": lambda url, factory, config: Blocking(HTTPEnvClient(url, config=config)),
     "http-json": lambda url, factory, config: Blocking(
