@@ -29,7 +29,8 @@ from ..wire.framing import (
     parse_head,
     serialize,
 )
-from ._ws import ConnectionFacts, check_handshake_answer, endpoint, handshake_request
+from ..wire.handshake import check_handshake_answer, handshake_request
+from ._ws import ConnectionFacts, endpoint
 
 __all__ = ["AsyncWebSocket"]
 

@@ -9,10 +9,8 @@ in the middle of a frame keeps what was read, so the next read continues it.
 
 from __future__ import annotations
 
-import base64
 import collections
 import contextlib
-import hashlib
 import os
 import socket
 import ssl
@@ -22,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import SplitResult, urlsplit
 
-from ..errors import AuthError, ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
+from ..errors import ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
 from ..protocol import native_wire
 from ..wire.framing import (
     OP_BINARY,
@@ -36,11 +34,11 @@ from ..wire.framing import (
     parse_head,
     serialize,
 )
+from ..wire.handshake import check_handshake_answer, handshake_request
 from ._idle import CallGuard
 
 __all__ = ["NOT_READY", "BlockingWebSocket", "normalize_url"]
 
-_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _INITIAL_BUFFER = 1 << 18
 _MAX_NATIVE_REQUEST = 4096  # requests the C exchange sends (a step is ~30 bytes)
 T = TypeVar("T")
@@ -69,62 +67,6 @@ def normalize_url(url: str, path: str = "/ws") -> str:
     p = parts.path if parts.path not in ("", "/") else path
     query = f"?{parts.query}" if parts.query else ""
     return f"{scheme}://{parts.netloc}{p}{query}"
-
-
-def handshake_request(netloc: str, target: str, headers: Mapping[str, str]) -> tuple[bytes, str]:
-    """The HTTP upgrade request of a WebSocket handshake, and its ``Sec-WebSocket-Key``."""
-    key = base64.b64encode(os.urandom(16)).decode()
-    lines = [
-        f"GET {target} HTTP/1.1",
-        f"Host: {netloc}",
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        f"Sec-WebSocket-Key: {key}",
-        "Sec-WebSocket-Version: 13",
-        "User-Agent: openenv-ws",
-        *(f"{k}: {v}" for k, v in headers.items()),
-    ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), key
-
-
-def check_handshake_answer(head: str, key: str, url: str) -> dict[str, str]:
-    """The answer's headers (lower-case names) if it accepts the handshake, else raise why not.
-
-    Raises:
-        AuthError: HTTP 401 or 403 (missing or wrong token, a refused origin).
-        ServerUnavailable: HTTP 404 (no WebSocket endpoint at the URL's path),
-            or any other status than 101.
-        ProtocolError: a wrong ``Sec-WebSocket-Accept`` or an extension not offered.
-    """
-    status_line, _, rest = head.partition("\r\n")
-    fields = {}
-    for line in rest.split("\r\n"):
-        name, _, value = line.partition(":")
-        fields[name.strip().lower()] = value.strip()
-    parts = status_line.split(" ", 2)
-    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-    if status == 404:
-        path = urlsplit(url).path or "/"
-        raise ServerUnavailable(
-            f"the server at {url} has no WebSocket endpoint at path {path!r} (HTTP 404); "
-            "an openenv-ws server takes sessions at /ws (ws://host:port/ws)"
-        )
-    if status in (401, 403):
-        raise AuthError(
-            f"the server at {url} refused the connection (HTTP {status}); "
-            "pass the server's token with token=... (or OPENENV_WS_TOKEN)"
-        )
-    if status != 101:
-        raise ServerUnavailable(
-            f"{url} did not accept a WebSocket (answered '{status_line}'); "
-            "check the URL points at an openenv-ws server's /ws endpoint"
-        )
-    expected = base64.b64encode(hashlib.sha1(key.encode() + _GUID).digest()).decode()
-    if fields.get("sec-websocket-accept") != expected:
-        raise ProtocolError("the server's Sec-WebSocket-Accept does not match the handshake key")
-    if fields.get("sec-websocket-extensions"):
-        raise ProtocolError("the server enabled a WebSocket extension that was not offered")
-    return fields
 
 
 class ConnectionFacts:

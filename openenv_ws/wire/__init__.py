@@ -13,6 +13,8 @@ module, each cheap to import on its own:
 - :mod:`.native`: the step loop's frames through the C speedups where built.
 - :mod:`.session`: the session state machine shared by server and clients.
 - :mod:`.framing`: RFC 6455 frames for both ends of a connection.
+- :mod:`.handshake`: the client's side of the WebSocket opening handshake.
 
-:mod:`openenv_ws.protocol` gathers the public names of all but the framing.
+:mod:`openenv_ws.protocol` gathers the public names of all but the framing and
+the handshake.
 """

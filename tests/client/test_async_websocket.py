@@ -17,8 +17,7 @@ import pytest
 
 from openenv_ws.client._aws import AsyncWebSocket
 from openenv_ws.errors import AuthError, ProtocolError, ServerUnavailable, SessionClosed
-
-_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+from openenv_ws.wire.handshake import GUID
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -59,7 +58,7 @@ def accept(head: bytes, status: str = "101 Switching Protocols", key_ok: bool = 
         for line in head.split(b"\r\n")
         if line.lower().startswith(b"sec-websocket-key:")
     )
-    digest = base64.b64encode(hashlib.sha1(key + _GUID).digest()) if key_ok else b"bad="
+    digest = base64.b64encode(hashlib.sha1(key + GUID).digest()) if key_ok else b"bad="
     return (
         f"HTTP/1.1 {status}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         f"Sec-WebSocket-Accept: {digest.decode()}\r\n\r\n"

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from openenv_ws.client._ws import _GUID, NOT_READY, BlockingWebSocket
+from openenv_ws.client._ws import NOT_READY, BlockingWebSocket
+from openenv_ws.wire.handshake import GUID
 
 from ..conftest import UNIT
 
@@ -35,7 +36,7 @@ class PieceServer:
             for line in head.split(b"\r\n")
             if line.lower().startswith(b"sec-websocket-key")
         )
-        accept = base64.b64encode(hashlib.sha1(key + _GUID).digest())
+        accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
         conn.sendall(
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
             b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
