@@ -104,8 +104,10 @@ def results(draw: st.DrawFn) -> bytes:
     info = draw(_infos(32 if single else 64))
     data = encode_result(rid, obs, reward, *flags, info)
     if single:
-        head, _, _ = data.rpartition(b"\xa4info")
-        data = head + b"\xa4info" + msgpack.packb(info, use_single_float=True)
+        # The info is the last field: the frame with an empty one ends in its fixmap byte.
+        head = encode_result(rid, obs, reward, *flags, {})
+        assert head.endswith(b"\xa4info\x80")
+        data = head[:-1] + msgpack.packb(info, use_single_float=True)
     return data
 
 
