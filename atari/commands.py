@@ -72,7 +72,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             path = f"as colour codes {path}"
     lat = np.array(latencies) * 1e6
     print(
-        f"episode {state.episode_id[:8]}: {state.step_count} steps, "
+        f"episode {(state.episode_id or '?')[:8]}: {state.step_count} steps, "
         f"score {score[0]} (agent) - {score[1]} (cpu), "
         f"{'game over' if result.terminated else 'truncated'}"
     )
