@@ -15,7 +15,7 @@ from typing import Any
 
 from ale_py import roms
 
-from openenv_ws._brief import brief, brief_keys
+from openenv_ws.brief import brief, brief_keys
 from openenv_ws.errors import EnvConfigError
 
 __all__ = [

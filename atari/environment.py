@@ -26,8 +26,7 @@ import ale_py
 import numpy as np
 from ale_py import roms
 
-from openenv_ws._brief import brief, brief_keys
-from openenv_ws._palette import expanded
+from openenv_ws.brief import brief, brief_keys
 from openenv_ws.environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec
 from openenv_ws.errors import (
     BadSnapshot,
@@ -36,6 +35,7 @@ from openenv_ws.errors import (
     InvalidState,
     ProtocolError,
 )
+from openenv_ws.palette import expanded
 
 from .ale_state import CLOCK_SEED, PostLoadState, RepeatTracker
 from .config import normalize_config

@@ -12,7 +12,7 @@
  * use), 64 pixels per round of byte permutes. expand(..., portable=True) runs
  * the portable one regardless (tests compare the two).
  *
- * openenv_ws._palette falls back to numpy when this module is not built.
+ * openenv_ws.palette falls back to numpy when this module is not built.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -203,7 +203,7 @@ EnvFactory = Callable[[dict[str, Any]], Environment]
 
 def check_keys(config: Mapping[str, Any], allowed: Sequence[str], what: str) -> None:
     """Raise EnvConfigError naming any key of `config` not in `allowed`."""
-    from ._brief import brief_keys
+    from .brief import brief_keys
     from .errors import EnvConfigError
 
     unknown = sorted(set(config) - set(allowed))

@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from ._brief import brief
+from .brief import brief
 from .environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec, check_keys
 from .errors import BadSnapshot, EnvConfigError, InvalidAction
 

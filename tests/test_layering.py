@@ -234,3 +234,26 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
     first, second = (node for node in tree.body if isinstance(node, ast.ImportFrom))
     assert resolve("openenv_ws.server.app", False, first) == "openenv_ws.server.x"
     assert resolve("openenv_ws.server", True, second) == "openenv_ws.server"
+
+
+def private_runtime_modules(package: str) -> list[str]:
+    """``file:line imports name`` for each private module of the runtime `package` imports."""
+    found = []
+    for _, path, node, target in imports(package):
+        names = [target]
+        if isinstance(node, ast.ImportFrom):
+            names += [f"{target}.{alias.name}" for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == RUNTIME and is_module(name) and any(p.startswith("_") for p in parts):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+    return found
+
+
+def test_a_plugin_uses_only_public_modules_of_the_runtime() -> None:
+    found = private_runtime_modules("atari")
+    assert not found, f"atari is a plugin: it may use only the runtime's public modules: {found}"
+
+
+def test_the_plugin_check_sees_a_private_module() -> None:
+    assert private_runtime_modules(RUNTIME), "the runtime's own private imports are not seen"

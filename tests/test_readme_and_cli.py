@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import openenv_ws
-from openenv_ws._palette import NATIVE
+from openenv_ws.palette import NATIVE
 from openenv_ws.providers import LocalServerProvider
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -52,7 +52,7 @@ def _per_frame(fn: Callable[[int], Any], frames: int, repeats: int) -> float:
 def run(ctx: Context) -> Section:
     """The client's colour-code expansion (C kernels, numpy) vs ALE's own getScreenRGB."""
     from atari.palettes import palette_of
-    from openenv_ws import _palette
+    from openenv_ws import palette as palette_mod
 
     game = ctx.options.games[0]
     frames, rounds = max(10, ctx.options.steps // 10), max(1, ctx.options.rounds)
@@ -85,13 +85,13 @@ def run(ctx: Context) -> Section:
         "ALE getScreenRGB": lambda i: ale.getScreenRGB(),
         "ALE getScreen": lambda i: ale.getScreen(),
     }
-    if _palette.NATIVE:
+    if palette_mod.NATIVE:
         from openenv_ws._expand import KERNEL
         from openenv_ws._expand import expand as native
 
         contenders[f"expand, {KERNEL}"] = expand_with(native)
         contenders["expand, portable"] = expand_with(lambda s, p, o: native(s, p, o, True))
-    contenders["expand, numpy"] = expand_with(_palette._numpy_expand)
+    contenders["expand, numpy"] = expand_with(palette_mod._numpy_expand)
 
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(rounds):

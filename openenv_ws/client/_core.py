@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from .. import _palette as palette_mod
+from .. import palette as palette_mod
 from .._arrays import EXT_NDARRAY
 from .._shm import HEADER as SHM_HEADER
 from .._shm import ClientRegion, readonly_copy, shared_memory_supported

@@ -52,7 +52,7 @@ class EnvClient(BlockingSession[ObsT]):
         indexed_frames: ask the server for RGB frames as palette indices, one
             byte per pixel instead of three, which this client expands (SPEC
             section 18); the observations are the same arrays. None (default):
-            when the C expander is built (``openenv_ws._palette.NATIVE``).
+            when the C expander is built (``openenv_ws.palette.NATIVE``).
 
     The server's heartbeat pings are answered during calls by the call itself
     and between calls by a background thread that reads the socket only while

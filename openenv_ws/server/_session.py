@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._palette import indexed_shape
 from .._shm import MIN_SHARED_BYTES, ServerRegion, Slot
 from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
 from ..errors import OpenEnvError, ProtocolError
+from ..palette import indexed_shape
 from ..protocol import (
     ERRORS,
     SUPPORTED_VERSIONS,

@@ -13,8 +13,8 @@ from typing import Any, TypeAlias
 import msgpack
 import numpy as np
 
-from .._palette import PALETTE_BYTES
 from ..errors import ProtocolError
+from ..palette import PALETTE_BYTES
 from . import frames
 from .limits import MAX_DEPTH, MAX_ID
 

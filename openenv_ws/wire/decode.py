@@ -15,8 +15,8 @@ import msgpack
 import numpy as np
 
 from .._arrays import EXT_NDARRAY, decode_array
-from .._brief import brief
 from .._shm import EXT_SHARED, ClientRegion
+from ..brief import brief
 from ..errors import PayloadTooBig, ProtocolError
 from .checks import SCHEMAS, foreign
 from .frames import CLIENT_OPS, SERVER_OPS, ClientFrame, Error, Frame, ServerFrame

@@ -13,7 +13,7 @@ from ale_py import roms
 from atari import AtariEnvironment
 from atari.config import games
 from atari.palettes import NTSC_GAMES, PAL_GAMES, palette_of, system_palette
-from openenv_ws._palette import expanded
+from openenv_ws.palette import expanded
 
 
 def test_every_bundled_game_has_one_palette() -> None:

@@ -163,11 +163,11 @@ def test_codec(tmp_path: Path) -> None:
 
 
 def test_expand(tmp_path: Path) -> None:
-    from openenv_ws import _palette
+    from openenv_ws import palette
 
     rows = rows_by(bench(tmp_path, "expand", "--steps", "100"))
     names = {"ALE getScreenRGB", "ALE getScreen", "expand, numpy"}
-    if _palette.NATIVE:
+    if palette.NATIVE:
         from openenv_ws._expand import KERNEL
 
         names |= {f"expand, {KERNEL}", "expand, portable"}

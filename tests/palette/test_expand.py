@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from openenv_ws import _palette
-from openenv_ws._palette import PALETTE_BYTES, expand, expanded, indexed_shape
+from openenv_ws import palette
+from openenv_ws.palette import PALETTE_BYTES, expand, expanded, indexed_shape
 
 RNG = np.random.default_rng(7)
 PALETTE = RNG.integers(0, 256, PALETTE_BYTES, dtype=np.uint8).tobytes()
@@ -23,8 +23,8 @@ def reference(indices: np.ndarray, palette: bytes) -> np.ndarray:
 def test_the_c_expander_is_built_where_a_compiler_is() -> None:
     # `pip install -e .` compiles it on this machine kind; CI must test the C path.
     if os.environ.get("CI") == "true":
-        assert _palette.NATIVE, "openenv_ws._expand was not built; is gcc missing?"
-    elif not _palette.NATIVE:
+        assert palette.NATIVE, "openenv_ws._expand was not built; is gcc missing?"
+    elif not palette.NATIVE:
         pytest.skip("openenv_ws._expand is not built here (no C compiler at install)")
 
 
@@ -41,7 +41,7 @@ def test_every_length_expands_like_the_reference(n: int) -> None:
     np.testing.assert_array_equal(out, reference(indices, PALETTE))
 
 
-@pytest.mark.skipif(not _palette.NATIVE, reason="the C module's two kernels")
+@pytest.mark.skipif(not palette.NATIVE, reason="the C module's two kernels")
 @pytest.mark.parametrize("n", LENGTHS)
 def test_the_portable_c_loop_writes_what_the_vector_one_writes(n: int) -> None:
     from openenv_ws._expand import expand as native
@@ -54,7 +54,7 @@ def test_the_portable_c_loop_writes_what_the_vector_one_writes(n: int) -> None:
     np.testing.assert_array_equal(vector, portable)
 
 
-@pytest.mark.skipif(not _palette.NATIVE, reason="the C module's kernel choice")
+@pytest.mark.skipif(not palette.NATIVE, reason="the C module's kernel choice")
 def test_the_vector_kernel_runs_where_the_cpu_has_it() -> None:
     from openenv_ws import _expand
 
@@ -68,7 +68,7 @@ def test_the_numpy_fallback_writes_the_same_bytes() -> None:
     indices = RNG.integers(0, 256, (210, 160), dtype=np.uint8)
     native = expanded(indices, PALETTE)
     fallback = np.empty_like(native)
-    _palette._numpy_expand(indices, PALETTE, fallback)
+    palette._numpy_expand(indices, PALETTE, fallback)
     np.testing.assert_array_equal(fallback, native)
     np.testing.assert_array_equal(native, reference(indices, PALETTE))
 
@@ -81,7 +81,7 @@ def test_all_256_codes_and_a_batch_of_frames() -> None:
     np.testing.assert_array_equal(out, reference(batch, PALETTE))
 
 
-@pytest.mark.skipif(not _palette.NATIVE, reason="checks the C module's argument errors")
+@pytest.mark.skipif(not palette.NATIVE, reason="checks the C module's argument errors")
 def test_the_c_expander_names_bad_arguments() -> None:
     from openenv_ws._expand import expand as native
 

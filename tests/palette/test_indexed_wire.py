@@ -11,11 +11,11 @@ import pytest
 from atari import AtariEnvironment, atari_factory
 from atari.palettes import palette_of
 from openenv_ws import ProtocolError
-from openenv_ws._palette import NATIVE, expanded
 from openenv_ws.client import AsyncEnvClient, EnvClient, HTTPEnvClient
 from openenv_ws.client._core import ClientCore
 from openenv_ws.client._ws import BlockingWebSocket
 from openenv_ws.client.vector import VectorEnvClient
+from openenv_ws.palette import NATIVE, expanded
 from openenv_ws.protocol import Open, Opened, Reset, Result, Step, decode_server_frame, encode
 from openenv_ws.server import ServerThread
 

@@ -12,7 +12,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from openenv_ws._brief import brief, brief_keys
+from openenv_ws.brief import brief, brief_keys
 from openenv_ws.environment import Environment, EnvResult, EnvSpec
 from openenv_ws.protocol import (
     MAX_ERROR_MESSAGE,
