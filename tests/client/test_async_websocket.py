@@ -17,39 +17,27 @@ import pytest
 
 from openenv_ws.client._aws import AsyncWebSocket
 from openenv_ws.errors import AuthError, ProtocolError, ServerUnavailable, SessionClosed
+from openenv_ws.wire.framing import apply_mask, frame_head, parse_head
 from openenv_ws.wire.handshake import GUID
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 def frame(opcode: int, payload: bytes, *, fin: bool = True, mask: bytes | None = None) -> bytes:
-    """A server frame (unmasked unless `mask` is given)."""
-    b0 = (0x80 if fin else 0) | opcode
-    n = len(payload)
-    bit = 0x80 if mask is not None else 0
-    if n < 126:
-        head = struct.pack("!BB", b0, bit | n)
-    elif n < 1 << 16:
-        head = struct.pack("!BBH", b0, bit | 126, n)
-    else:
-        head = struct.pack("!BBQ", b0, bit | 127, n)
+    """A server frame (unmasked unless `mask` is given: a violation the client must refuse)."""
     if mask is None:
-        return head + payload
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        return frame_head(opcode, len(payload), fin=fin) + payload
+    return frame_head(opcode, len(payload), fin=fin, key=mask) + apply_mask(payload, mask)
 
 
 async def read_client_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     """(opcode, unmasked payload) of the next client frame; clients must mask."""
-    b0, b1 = await reader.readexactly(2)
-    assert b1 & 0x80, "client frames are masked"
-    n = b1 & 0x7F
-    if n == 126:
-        n = struct.unpack("!H", await reader.readexactly(2))[0]
-    elif n == 127:
-        n = struct.unpack("!Q", await reader.readexactly(8))[0]
-    mask = await reader.readexactly(4)
-    data = await reader.readexactly(n)
-    return b0 & 0x0F, bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+    buf = bytearray(await reader.readexactly(2))
+    while (head := parse_head(buf, 0, len(buf), True, None)) is None:
+        buf += await reader.readexactly(1)
+    first, start, stop = head
+    buf += await reader.readexactly(stop - len(buf))
+    return first & 0x0F, apply_mask(buf[start:stop], buf[start - 4 : start])
 
 
 def accept(head: bytes, status: str = "101 Switching Protocols", key_ok: bool = True) -> bytes:

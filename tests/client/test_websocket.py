@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 import threading
 
 import numpy as np
@@ -16,6 +15,7 @@ from openenv_ws.client._ws import BlockingWebSocket
 from openenv_ws.protocol import Error, Open, Opened, decode_server_frame, encode
 from openenv_ws.server import ServerThread, bind_socket
 from openenv_ws.testing import FakeEnvironment
+from openenv_ws.wire.framing import OP_BINARY, frame_head
 
 from ..conftest import UNIT
 
@@ -168,7 +168,7 @@ def test_oversize_message_is_closed_with_1009(fake_server: ServerThread) -> None
     assert isinstance(ws.recv(decode_server_frame, timeout=5 * UNIT), Opened)
     # Only the header of a 2 MiB binary frame: with no payload bytes unread on the
     # server, its close frame reaches us instead of a connection reset.
-    ws._sock.sendall(struct.pack("!BBQ", 0x82, 0x80 | 127, 2 << 20) + b"\0\0\0\0")
+    ws._sock.sendall(frame_head(OP_BINARY, 2 << 20, key=b"\0\0\0\0"))
     with pytest.raises(SessionClosed) as closed:
         ws.recv(decode_server_frame, timeout=5 * UNIT)
     assert closed.value.close_code == 1009
