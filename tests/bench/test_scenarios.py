@@ -162,6 +162,19 @@ def test_codec(tmp_path: Path) -> None:
         positive(row, "ours_us", "reference_us", "vs_reference")
 
 
+def test_framing(tmp_path: Path) -> None:
+    rows = {(r["size"], r["path"]): r for r in bench(tmp_path, "framing", "--steps", "150")["rows"]}
+    paths = {
+        "read masked (server)",
+        "read unmasked (client)",
+        "build unmasked (server)",
+        "build masked (client)",
+    }
+    assert set(rows) == {(size, path) for size in (60, 30_000) for path in paths}
+    for row in rows.values():
+        positive(row, "ours_us", "reference_us", "vs_reference")
+
+
 def test_expand(tmp_path: Path) -> None:
     from openenv_ws import palette
 
