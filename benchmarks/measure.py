@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ __all__ = [
     "cpu_model",
     "inprocess_steps",
     "latency_row",
+    "median_us",
     "n_actions",
     "pin_process",
     "raw_ale",
@@ -139,6 +141,17 @@ def latency_row(samples: np.ndarray[Any, Any]) -> dict[str, float]:
         "mean_us": float(us.mean()),
         "steps_per_s": float(len(us) / samples.sum()),
     }
+
+
+def median_us(fn: Callable[[], Any], repeats: int, number: int) -> float:
+    """Median over `repeats` batches of the per-call time of `fn`, in microseconds."""
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - start) / number)
+    return statistics.median(samples) * 1e6
 
 
 def best_of(rounds: int, measure: Callable[[], np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:

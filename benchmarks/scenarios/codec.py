@@ -9,14 +9,13 @@ microseconds per call, with our cost as a ratio of the reference's.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import msgpack
 import numpy as np
 
+from ..measure import median_us
 from ..suite import Column, Context, Section, scenario
 
 __all__: list[str] = []
@@ -27,17 +26,6 @@ COLUMNS = [
     Column("reference_us", "msgpack raw µs", ".2f"),
     Column("vs_reference", "vs reference", ".2f"),
 ]
-
-
-def _median_us(fn: Callable[[], Any], repeats: int, number: int) -> float:
-    """Median over `repeats` batches of the per-call time of `fn`, in microseconds."""
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples) * 1e6
 
 
 @scenario("codec", "Codec: an RGB result frame", default=False)
@@ -80,8 +68,8 @@ def run(ctx: Context) -> Section:
     ]
     for name, ours, reference in calls:
         ctx.progress.phase(name)
-        ours_us = _median_us(ours, repeats, number)
-        ref_us = _median_us(reference, repeats, number)
+        ours_us = median_us(ours, repeats, number)
+        ref_us = median_us(reference, repeats, number)
         section.add(path=name, ours_us=ours_us, reference_us=ref_us, vs_reference=ours_us / ref_us)
     section.notes.append(
         f"result frame, 210x160x3 uint8 obs: {len(wire)} bytes (reference map: "

@@ -24,11 +24,10 @@ batches in microseconds per call, with our cost as a ratio of the reference's.
 from __future__ import annotations
 
 import random
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
+from ..measure import median_us
 from ..suite import Column, Context, Section, scenario
 
 __all__: list[str] = []
@@ -42,17 +41,6 @@ COLUMNS = [
     Column("reference_us", "websockets µs", ".3f"),
     Column("vs_reference", "ratio", ".2f"),
 ]
-
-
-def _median_us(fn: Callable[[], Any], repeats: int, number: int) -> float:
-    """Median over `repeats` batches of the per-call time of `fn`, in microseconds."""
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples) * 1e6
 
 
 @scenario("framing", "Framing: openenv-ws framer vs websockets", default=False)
@@ -152,8 +140,8 @@ def run(ctx: Context) -> Section:
         ]
         for name, ours, reference in calls:
             ctx.progress.phase(f"{size} B: {name}")
-            ours_us = _median_us(ours, repeats, number)
-            ref_us = _median_us(reference, repeats, number)
+            ours_us = median_us(ours, repeats, number)
+            ref_us = median_us(reference, repeats, number)
             section.add(
                 size=size,
                 path=name,
