@@ -28,6 +28,7 @@ __all__ = [
     "array_ext_payload",
     "array_head",
     "decode_array",
+    "ext_header",
     "parse_array_head",
     "wire_array",
 ]
@@ -64,25 +65,20 @@ _U32_MAX = 0xFFFFFFFF
 _MAX_NBYTES = (1 << 63) - 1
 _SHAPE_STRUCTS = tuple(struct.Struct(f"<{n}I") for n in range(MAX_NDIM + 1))
 _HEAD_STRUCTS = tuple(struct.Struct(f"<BB{n}I") for n in range(MAX_NDIM + 1))
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}  # payload length -> fixext byte
 
 
-def _ext_header(length: int) -> bytes:
-    """The MessagePack ext header for a payload of `length` bytes (smallest form)."""
-    if length == 1:
-        return bytes((0xD4, EXT_NDARRAY))
-    if length == 2:
-        return bytes((0xD5, EXT_NDARRAY))
-    if length == 4:
-        return bytes((0xD6, EXT_NDARRAY))
-    if length == 8:
-        return bytes((0xD7, EXT_NDARRAY))
-    if length == 16:
-        return bytes((0xD8, EXT_NDARRAY))
+def ext_header(length: int, code: int = EXT_NDARRAY) -> bytes:
+    """The MessagePack header of an extension of type `code` whose payload is `length`
+    bytes long (the smallest form)."""
+    fixed = _FIXEXT.get(length)
+    if fixed is not None:
+        return bytes((fixed, code))
     if length <= 0xFF:
-        return struct.pack(">BBb", 0xC7, length, EXT_NDARRAY)
+        return struct.pack(">BBb", 0xC7, length, code)
     if length <= 0xFFFF:
-        return struct.pack(">BHb", 0xC8, length, EXT_NDARRAY)
-    return struct.pack(">BIb", 0xC9, length, EXT_NDARRAY)
+        return struct.pack(">BHb", 0xC8, length, code)
+    return struct.pack(">BIb", 0xC9, length, code)
 
 
 def wire_array(arr: np.ndarray[Any, Any]) -> tuple[int, np.ndarray[Any, Any]]:
@@ -125,7 +121,7 @@ def array_ext_parts(arr: np.ndarray[Any, Any]) -> tuple[bytes, memoryview]:
     code, arr = wire_array(arr)
     head = _head(code, arr)
     data = arr.data.cast("B") if arr.size else memoryview(b"")
-    return _ext_header(len(head) + data.nbytes) + head, data
+    return ext_header(len(head) + data.nbytes) + head, data
 
 
 def array_ext_payload(arr: np.ndarray[Any, Any]) -> bytes:

@@ -13,8 +13,8 @@
  *
  *     (OK, id, obs_ext_type, obs_ext_payload, reward, terminated, truncated, done, info)
  *
- * with obs_ext_type 0 (nil: payload None), 1 or 2 (an array inline or in the
- * shared region: the extension's payload as bytes), and `info` a dict of
+ * with obs_ext_type 0 (nil: payload None), 1, 2 or 3 (an array inline, in the
+ * shared region, compressed: the extension's payload as bytes), and `info` a dict of
  * scalars. Anything else (a ping, a close, an error frame, a fragment, an info
  * that holds a list, a buffer too small for the frame, a closed connection) is
  * (FALLBACK,) with the frame left unread in the buffer: the Python reader then

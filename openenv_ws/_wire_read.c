@@ -206,7 +206,7 @@ PyObject *wire_read_result(const uint8_t *payload, Py_ssize_t n, int status) {
     if (!expect(&r, RESULT_KEY(0)) || r.p >= r.end) {
         return NULL;
     }
-    /* obs: nil or an extension (fixext 1..16, ext 8/16/32) of type 1 or 2 */
+    /* obs: nil or an extension (fixext 1..16, ext 8/16/32) of type 1, 2 or 3 */
     long ext_type = 0;
     uint64_t ext_len = 0;
     b = *r.p++;
@@ -218,7 +218,7 @@ PyObject *wire_read_result(const uint8_t *payload, Py_ssize_t n, int status) {
         } else {
             return NULL;
         }
-        if (!take(&r, 1, &at) || (at[0] != 1 && at[0] != 2)) {
+        if (!take(&r, 1, &at) || at[0] < 1 || at[0] > 3) {
             return NULL;
         }
         ext_type = at[0];

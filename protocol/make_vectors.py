@@ -54,6 +54,11 @@ FORMAT = (
     "exactly these bytes; decoding them must give 'frame'. 'decode_only' entries are valid "
     "frames in a non-canonical encoding: decoding gives 'frame' (absent optional fields take "
     "their defaults). 'arrays' entries give one MessagePack ext type 1 value alone. "
+    "'compressed' entries are the ext type 3 values (hex, header included) a server sends "
+    "in one session that negotiated 'codec' (and 'delta'), in order; decoding each with a "
+    "limit of 'max_bytes' gives 'value'. 'compressed_malformed' entries: after decoding the "
+    "'before' values of such a session, decoding 'hex' is refused with a message holding "
+    "'error'. "
     "'malformed' entries must be refused with 'code' (and the request id 'id' when it is "
     "readable), by a receiver in 'direction' (client: a server decoding a client frame; "
     "server: a client decoding a server frame) whose size limit is 'max_frame_size'; for "
@@ -279,6 +284,18 @@ def _frames() -> Iterator[tuple[str, str, str, Any]]:
         "server",
         "opened with a palette: observations come as colour codes",
         Opened(id=1, session_id="9f1c2e", spec=spec, palette=_PALETTE),
+    )
+    yield (
+        "open_compress",
+        "client",
+        "open offering zstd and lz4 compression with delta frames (section 19)",
+        Open(id=1, config={"game": "pong"}, palette=True, compress=["zstd", "lz4"], delta=True),
+    )
+    yield (
+        "opened_compress",
+        "server",
+        "opened choosing zstd with delta frames",
+        Opened(id=1, session_id="9f1c2e", spec=spec, palette=_PALETTE, compress="zstd", delta=True),
     )
     yield (
         "result_indexed",
@@ -1135,6 +1152,95 @@ def describe_frame(frame: Any, *, data_ref: dict[str, int] | None = None) -> dic
     }
 
 
+# ----------------------------------------------------------------- compressed (section 19)
+
+# Three 12x8 frames of colour codes: _FRAME_B differs from _FRAME_A in five
+# pixels, _FRAME_C from _FRAME_B in one. The compressed bytes are written out
+# (made once with the reference packer) so that the vectors do not depend on
+# the version of a compression library.
+_FRAME_A = (np.arange(96, dtype=np.uint8) * 2).reshape(12, 8)
+_FRAME_B = _FRAME_A.copy()
+_FRAME_B[3, 2:6] = 7
+_FRAME_B[10, 1] = 200
+_FRAME_C = _FRAME_B.copy()
+_FRAME_C[0, 0] = 1
+_HEAD_A = "000100000001020c00000008000000"  # key frame, serial 1, uint8 [12, 8]
+_ZSTD_A = (
+    "c7790302" + _HEAD_A + "28b52ffd206001030000020406080a0c0e10121416181a1c1e20222426282a2c2e"
+    "30323436383a3c3e40424446484a4c4e50525456585a5c5e60626466686a6c6e70727476787a7c7e8082848688"
+    "8a8c8e90929496989a9c9ea0a2a4a6a8aaacaeb0b2b4b6b8babcbe"
+)
+_ZSTD_B = (
+    "c72b0302010200000001020c0000000800000028b52ffd206095000048000033313f3d006a00031000073ed22016"
+)
+_ZSTD_C = "c7210302010300000001020c0000000800000028b52ffd206045000010010001003b012c"
+_LZ4_A = (
+    "c7720301" + _HEAD_A + "f05100020406080a0c0e10121416181a1c1e20222426282a2c2e30323436383a3c3e"
+    "40424446484a4c4e50525456585a5c5e60626466686a6c6e70727476787a7c7e80828486888a8c8e9092949698"
+    "9a9c9ea0a2a4a6a8aaacaeb0b2b4b6b8babcbe"
+)
+_LZ4_B = (
+    "c72b0301010200000001020c000000080000001f000100064f33313f3d1d00060f020007156a1b00500000000000"
+)
+_LZ4_C = "c71c0301010300000001020c000000080000002f0100010046500000000000"
+
+
+def _swap(hex_value: str, at: int, byte: str) -> str:
+    """`hex_value` with the byte at offset `at` replaced by `byte` (hex)."""
+    return hex_value[: 2 * at] + byte + hex_value[2 * at + 2 :]
+
+
+def _cut(hex_value: str, count: int) -> str:
+    """An ext 8 value in `hex_value` with its last `count` bytes left out."""
+    data = bytes.fromhex(hex_value)
+    assert data[0] == 0xC7
+    return (bytes((0xC7, data[1] - count)) + data[2:-count]).hex()
+
+
+def _compressed() -> Iterator[tuple[str, str, str, bool, list[tuple[str, np.ndarray[Any, Any]]]]]:
+    frames = [_FRAME_A, _FRAME_B, _FRAME_C]
+    yield (
+        "zstd_delta",
+        "zstd: a key frame, then two delta frames (XOR with the previous observation)",
+        "zstd",
+        True,
+        list(zip([_ZSTD_A, _ZSTD_B, _ZSTD_C], frames, strict=True)),
+    )
+    yield (
+        "lz4_delta",
+        "lz4: a key frame, then two delta frames",
+        "lz4",
+        True,
+        list(zip([_LZ4_A, _LZ4_B, _LZ4_C], frames, strict=True)),
+    )
+    yield ("zstd_key", "zstd without deltas: a key frame", "zstd", False, [(_ZSTD_A, _FRAME_A)])
+    yield ("lz4_key", "lz4 without deltas: a key frame", "lz4", False, [(_LZ4_A, _FRAME_A)])
+
+
+def _compressed_malformed() -> Iterator[tuple[str, str, str, bool, int, list[str], str, str]]:
+    limit = _FRAME_A.nbytes
+    yield ("delta_first", "a delta frame with no observation before it", "zstd", True, limit,
+           [], _ZSTD_B, "but this client holds none")  # fmt: skip
+    yield ("delta_gap", "a delta frame against observation 2 after observation 1", "zstd", True,
+           limit, [_ZSTD_A], _ZSTD_C, "applies to observation 2")  # fmt: skip
+    yield ("delta_not_negotiated", "a delta frame in a session without deltas", "lz4", False,
+           limit, [_LZ4_A], _LZ4_B, "did not negotiate deltas")  # fmt: skip
+    yield ("over_limit", "96 bytes declared where observations hold at most 95", "zstd", True,
+           limit - 1, [], _ZSTD_A, "declares 96 bytes")  # fmt: skip
+    yield ("other_codec", "an lz4 frame in a zstd session", "zstd", True, limit, [], _LZ4_A,
+           "uses codec 'lz4'")  # fmt: skip
+    yield ("unknown_flags", "flags 0x02", "zstd", True, limit, [], _swap(_ZSTD_A, 4, "02"),
+           "unknown flags 0x02")  # fmt: skip
+    yield ("zstd_size_mismatch", "zstd frame whose content size (95) is not the array's",
+           "zstd", True, limit, [], _swap(_ZSTD_A, 24, "5f"), "declares 95 bytes")  # fmt: skip
+    yield ("zstd_damaged", "zstd frame with a damaged block header", "zstd", True, limit, [],
+           _swap(_ZSTD_A, 25, "ff"), "is damaged")  # fmt: skip
+    yield ("lz4_truncated", "lz4 block cut short", "lz4", True, limit, [], _cut(_LZ4_A, 10),
+           "is damaged")  # fmt: skip
+    yield ("short_header", "5 bytes, shorter than the 6-byte header", "lz4", True, limit, [],
+           "c705030100010000", "shorter than its 6-byte header")  # fmt: skip
+
+
 def build() -> dict[str, bytes]:
     """Every file of ``protocol/vectors/``: name -> exact bytes."""
     frames = []
@@ -1207,12 +1313,39 @@ def build() -> dict[str, bytes]:
             entry["hex"] = data.hex()
         malformed.append(entry)
 
+    compressed = [
+        {
+            "name": name,
+            "description": why,
+            "codec": codec,
+            "delta": delta,
+            "max_bytes": _FRAME_A.nbytes,
+            "values": [{"hex": hex_value, "value": describe(arr)} for hex_value, arr in values],
+        }
+        for name, why, codec, delta, values in _compressed()
+    ]
+    compressed_malformed = [
+        {
+            "name": name,
+            "description": why,
+            "codec": codec,
+            "delta": delta,
+            "max_bytes": limit,
+            "before": before,
+            "hex": hex_value,
+            "error": error,
+        }
+        for name, why, codec, delta, limit, before, hex_value, error in _compressed_malformed()
+    ]
+
     doc = {
         "protocol_version": PROTOCOL_VERSION,
         "format": FORMAT,
         "frames": frames,
         "decode_only": decode_only,
         "arrays": arrays,
+        "compressed": compressed,
+        "compressed_malformed": compressed_malformed,
         "malformed": malformed,
     }
     text = json.dumps(doc, indent=1, ensure_ascii=True) + "\n"

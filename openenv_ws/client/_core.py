@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
@@ -22,9 +22,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from .. import palette as palette_mod
-from .._arrays import EXT_NDARRAY
+from .._shm import EXT_SHARED, ClientRegion, readonly_copy, shared_memory_supported
 from .._shm import HEADER as SHM_HEADER
-from .._shm import ClientRegion, readonly_copy, shared_memory_supported
 from ..environment import ArraySpec, EnvSpec
 from ..errors import AuthError, OpenEnvError, ProtocolError, RemoteEnvError, SessionClosed
 from ..protocol import (
@@ -49,6 +48,8 @@ from ..protocol import (
     native_wire,
     shared_ext_hook,
 )
+from ..wire.compress import ObsUnpacker, available_codecs, mode_name
+from ..wire.decode import compressed_ext_hook
 
 __all__ = ["DEFAULT", "ClientCore", "StepResult"]
 
@@ -62,6 +63,37 @@ TOKEN_ENV = "OPENENV_WS_TOKEN"
 logger = logging.getLogger("openenv_ws.client")
 _SESSION_ENDINGS = frozenset({"idle_timeout", "shutting_down"})
 _LOOPBACK_HOSTS = frozenset({"localhost", "::1", "ip6-localhost"})
+
+
+def is_loopback(url: str) -> bool:
+    """Whether `url` names this host by a loopback name or address."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def compression_offer(url: str, compression: str | Sequence[str] | None) -> list[str]:
+    """The codecs ``open`` lists for a client's `compression` argument (SPEC section 19).
+
+    ``"auto"``: every codec this installation has, when the server is not on
+    a loopback address (on this host shared memory or a plain copy is cheaper);
+    a codec name or a list of them: those; None or ``"none"``: none.
+
+    Raises:
+        ValueError: an unknown codec name, or one this installation lacks.
+    """
+    if compression is None or compression == "none":
+        return []
+    if compression == "auto":
+        return [] if is_loopback(url) else list(available_codecs())
+    names = [compression] if isinstance(compression, str) else list(compression)
+    have = available_codecs()
+    for name in names:
+        if name not in have:
+            raise ValueError(
+                f"compression {name!r} is not available; use 'auto', None or one of "
+                f"{', '.join(map(repr, have))}"
+            )
+    return names
 
 
 @dataclass(slots=True)
@@ -94,6 +126,7 @@ class ClientCore:
         "_ext_hook",
         "_indexed",
         "_next_id",
+        "_offer",
         "closed_error",
         "config",
         "max_frame_size",
@@ -103,6 +136,8 @@ class ClientCore:
         "shared",
         "spec",
         "token",
+        "unpacker",
+        "want_delta",
         "want_palette",
     )
 
@@ -130,6 +165,37 @@ class ClientCore:
         #: The session's palette when the server sends indexed frames.
         self.palette: bytes | None = None
         self._indexed: tuple[int, ...] | None = None  # the shape of indexed observations
+        self._offer: list[str] = []  # codecs ``open`` lists (SPEC section 19)
+        #: Whether ``open`` accepts delta frames.
+        self.want_delta = False
+        #: Decompresses the session's observations when the server chose a codec.
+        self.unpacker: ObsUnpacker | None = None
+
+    def offer_compression(
+        self, url: str, compression: str | Sequence[str] | None, delta: bool
+    ) -> None:
+        """Set what ``open`` offers: the codecs of :func:`compression_offer` and, with
+        them, delta frames if `delta`."""
+        self._offer = compression_offer(url, compression)
+        self.want_delta = bool(delta and self._offer)
+
+    @property
+    def compression(self) -> str | None:
+        """How the session's observations travel: e.g. ``"zstd+delta"``; None: uncompressed."""
+        unpacker = self.unpacker
+        return None if unpacker is None else mode_name(unpacker.codec, unpacker.delta)
+
+    def _set_hook(self) -> None:
+        """The extension hook for what the session has: a shared region, a codec."""
+        shared = self.shared
+        hook = (
+            ext_hook
+            if shared is None
+            else shared_ext_hook(shared, self._from_region if self._indexed is not None else None)
+        )
+        if self.unpacker is not None:
+            hook = compressed_ext_hook(self.unpacker, hook)
+        self._ext_hook = hook
 
     def offer_shared_memory(self, url: str, wanted: bool) -> None:
         """Offer a shared region for observations if `wanted` and the server is on this host.
@@ -139,15 +205,14 @@ class ClientCore:
         """
         if not wanted or self.shared is not None or not shared_memory_supported():
             return
-        host = (urlsplit(url).hostname or "").lower()
-        if host not in _LOOPBACK_HOSTS and not host.startswith("127."):
+        if not is_loopback(url):
             return
         try:
             self.shared = ClientRegion()
         except OSError as exc:  # out of descriptors or memory: the socket still works
             logger.debug("no shared region for observations: %s", exc)
             return
-        self._ext_hook = shared_ext_hook(self.shared)
+        self._set_hook()
 
     def handshake_answered(self, headers: Mapping[str, str], *, keep_descriptor: bool) -> bool:
         """Take the server's answer to the shared-memory offer; True if it uses the region.
@@ -168,7 +233,7 @@ class ClientCore:
     def release(self) -> None:
         """Free the shared region (the client is closed)."""
         shared, self.shared = self.shared, None
-        self._ext_hook = ext_hook
+        self._set_hook()
         if shared is not None:
             shared.close()
 
@@ -185,6 +250,8 @@ class ClientCore:
             token=self.token,
             resume=self.resume_token if resume else None,
             palette=self.want_palette and not resume,
+            compress=[] if resume else self._offer,
+            delta=self.want_delta and not resume,
         )
 
     def reset_frame(
@@ -233,7 +300,7 @@ class ClientCore:
         or ``BlockingWebSocket.exchange``), as :meth:`decode` makes it."""
         _, rid, ext_type, payload, reward, terminated, truncated, done, info = fields
         obs: Any = None if payload is None else self._ext_hook(ext_type, payload)
-        if ext_type == EXT_NDARRAY and self._indexed is not None:
+        if obs is not None and ext_type != EXT_SHARED and self._indexed is not None:
             obs = self._expand_codes(obs)  # (the region's hook expands codes itself)
         return Result(rid, obs, reward, terminated, truncated, done, info)
 
@@ -308,15 +375,36 @@ class ClientCore:
                     f"the server sent a palette, but its observations ({obs}) are not "
                     "uint8 RGB arrays of shape (..., 3)"
                 )
+        unpacker = self._unpacker_for(frame, spec)
         self.session_id = frame.session_id
         self.spec = spec
         self.resume_token = frame.resume_token
         self.palette = frame.palette
-        self._indexed = indexed
-        if indexed is not None and self.shared is not None:
-            # Expand codes from the region itself: no copy of them first.
-            self._ext_hook = shared_ext_hook(self.shared, self._from_region)
+        self._indexed = indexed  # (colour codes in the region are expanded from it)
+        self.unpacker = unpacker
+        self._set_hook()
         return frame
+
+    def _unpacker_for(self, frame: Opened, spec: EnvSpec) -> ObsUnpacker | None:
+        """The decompressor of the codec `frame` chose (None: none), checked against the offer."""
+        if frame.compress is None:
+            if frame.delta:
+                raise ProtocolError("the server sent 'delta: true' without a codec")
+            return None
+        if frame.compress not in self._offer:
+            raise ProtocolError(
+                f"the server chose compression {frame.compress!r}, which this client did not "
+                f"offer (it offered {self._offer or 'none'})"
+            )
+        if frame.delta and not self.want_delta:
+            raise ProtocolError("the server chose delta frames, which this client did not offer")
+        obs = spec.observation
+        limit = (
+            int(np.prod(obs.shape, dtype=object)) * np.dtype(obs.dtype).itemsize
+            if isinstance(obs, ArraySpec)
+            else self.max_frame_size
+        )
+        return ObsUnpacker(frame.compress, frame.delta, limit)
 
     @staticmethod
     def expect(

@@ -54,6 +54,11 @@ class SessionOps(Generic[ObsT]):
         return self._core.shared is not None
 
     @property
+    def compression(self) -> str | None:
+        """How observations travel (SPEC section 19), e.g. ``"zstd+delta"``; None: raw."""
+        return self._core.compression
+
+    @property
     def indexed_frames_used(self) -> bool:
         """True when the server sends RGB frames as colour codes (SPEC section 18)."""
         return self._core.palette is not None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,6 +46,7 @@ from ..protocol import (
     error_frame,
     parse_step,
 )
+from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose
 from ._offload import Worker
 from .replay import ReplayCache
 
@@ -86,6 +87,10 @@ class ServerSession:
         admit: called on ``open`` with this session; returns an error code
             (e.g. ``capacity``) and message to refuse it, or None to admit it.
         release: called once with this session when an admitted session ends.
+        compression: codecs the server may compress observations with, preferred
+            first (SPEC section 19); empty: never.
+        allow_delta: delta frames may be chosen (False where replies can be lost
+            without the server knowing, as on HTTP).
 
     When the session ends, its environment is closed, or handed to the
     factory's ``give_back(config, env)`` if it has one (a
@@ -112,9 +117,11 @@ class ServerSession:
         "_release",
         "_worker",
         "busy",
+        "compression",
         "env",
         "inline",
         "machine",
+        "packer",
         "palette",
         "replay",
         "resume_token",
@@ -130,6 +137,8 @@ class ServerSession:
         max_frame_size: int,
         admit: Callable[[ServerSession], tuple[str, str] | None] | None = None,
         release: Callable[[ServerSession], None] | None = None,
+        compression: Sequence[str] = (),
+        allow_delta: bool = True,
     ) -> None:
         self._factory = env_factory
         self._give_back: Callable[[dict[str, Any], Environment], None] | None = getattr(
@@ -151,6 +160,11 @@ class ServerSession:
         self.palette: bytes | None = None
         #: The client's shared region for observations (SPEC section 17), if any.
         self.shared: ServerRegion | None = None
+        #: Codecs this server compresses observations with, preferred first, and
+        #: whether delta frames are allowed (SPEC section 19; not over HTTP).
+        self.compression = (tuple(compression), allow_delta)
+        #: Compresses the observations sent inline when the session chose a codec.
+        self.packer: ObsPacker | None = None
         # (shape, dtype) of the observations the environment writes into shared
         # memory itself (one tuple, passed to the region as is); () if it cannot;
         # None until known.
@@ -344,7 +358,7 @@ class ServerSession:
                 result = env.reset(seed=seed, episode_id=episode_id, options=options)
                 done = result.terminated or result.truncated
                 machine.served("reset", done=done)
-                return Result(rid, *_result(result, done, self.shared)), None
+                return Result(rid, *self._fields(result, done, key=True)), None
             case GetState(id=rid):
                 assert env is not None
                 return StateReply(id=rid, state=env.state()), None
@@ -358,7 +372,7 @@ class ServerSession:
                 result = env.restore(blob)
                 done = result.terminated or result.truncated
                 machine.served("restore", done=done)
-                return Result(rid, *_result(result, done, self.shared)), None
+                return Result(rid, *self._fields(result, done, key=True)), None
             case Close(id=rid):
                 machine.served("close")
                 return Closed(id=rid), _NORMAL_CLOSE
@@ -384,7 +398,17 @@ class ServerSession:
         done = result.terminated or result.truncated
         if done:  # a step that does not end the episode leaves the state as it is
             self.machine.served("step", done=True)
-        return _result(result, done, shared, slot)
+        return self._fields(result, done, slot=slot)
+
+    def _fields(
+        self, result: EnvResult, done: bool, *, slot: Slot | None = None, key: bool = False
+    ) -> ResultFields:
+        """The fields of a ``result`` after its id; `key`: a compressed observation
+        is a key frame (after reset and restore)."""
+        packer = self.packer
+        if key and packer is not None:
+            packer.key()
+        return _result(result, done, self.shared, slot, packer)
 
     def serve_open(self, frame: Open) -> FrameReply:
         """Serve ``open``: admit the session and build its environment."""
@@ -409,18 +433,25 @@ class ServerSession:
         self.inline = bool(getattr(self.env, "inline", False))
         if frame.palette:
             self.palette = self.env.indexed_frames()
+        preference, allow_delta = self.compression
+        codec, delta = choose(frame.compress, frame.delta, preference, allow_delta=allow_delta)
+        if codec is not None:
+            self.packer = ObsPacker(codec, delta)
         self.machine.served("open")
         return self.opened_reply(frame.id), None
 
     def opened_reply(self, rid: int) -> Opened:
         """The ``opened`` of this open session (also sent again on resume)."""
         assert self.env is not None
+        packer = self.packer
         return Opened(
             id=rid,
             session_id=self.session_id,
             spec=self.env.spec.to_wire(),
             resume_token=self.resume_token,
             palette=self.palette,
+            compress=None if packer is None else packer.codec,
+            delta=packer is not None and packer.delta,
         )
 
     def _leave(self) -> None:
@@ -441,14 +472,21 @@ def _obs_layout(env: Environment, indexed: bool) -> tuple[Any, ...]:
 
 
 def _result(
-    r: EnvResult, done: bool, shared: ServerRegion | None, slot: Slot | None = None
+    r: EnvResult,
+    done: bool,
+    shared: ServerRegion | None,
+    slot: Slot | None = None,
+    packer: ObsPacker | None = None,
 ) -> ResultFields:
-    """The fields of a ``result`` after `rid`: an observation in the region goes by name."""
+    """The fields of a ``result`` after `rid`: an observation in the region goes by
+    name, one sent inline in a compressed session goes compressed."""
     obs: Any = r.obs
     if slot is not None and obs is slot.view:
         obs = slot.name  # written in place: a SharedArray, encoded as ext type 2
     elif shared is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_SHARED_BYTES:
         obs = shared.put(obs) or obs
+    if packer is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_COMPRESSED_BYTES:
+        obs = packer.pack(obs)
     reward = r.reward
     return (
         obs,

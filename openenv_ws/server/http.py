@@ -189,6 +189,9 @@ class HTTPSessionStore:
             max_frame_size=self.max_frame_size,
             admit=self.registry.admit,
             release=self.registry.release,
+            # A lost reply goes unnoticed here (the client retries): no delta frames.
+            compression=self.registry.limits.compression,
+            allow_delta=False,
         )
         session.replay = ReplayCache(sticky=True)
         return session

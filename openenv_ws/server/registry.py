@@ -40,6 +40,9 @@ class ServerLimits:
         open_timeout: seconds a WebSocket connection may go without opening a
             session before the server closes it (``idle_timeout``, close 1001,
             the reason naming the open timeout); None: never.
+        compression: codecs observations sent inline may be compressed with,
+            preferred first, for clients that offer them (SPEC section 19);
+            empty: never compress.
     """
 
     max_sessions: int = 1024
@@ -52,6 +55,7 @@ class ServerLimits:
     cold_open_share: float = 0.25
     cold_open_queue: int = 256
     open_timeout: float | None = 60.0
+    compression: tuple[str, ...] = ("zstd", "lz4")
 
 
 @dataclass(slots=True)

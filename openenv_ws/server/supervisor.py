@@ -136,6 +136,7 @@ class SupervisedSession(ServerSession):
             max_frame_size=registry.limits.max_frame_size,
             admit=registry.admit,
             release=registry.release,
+            compression=registry.limits.compression,
         )
         self._sup = supervisor
         self._hist = supervisor.metrics.step_seconds
@@ -298,6 +299,8 @@ class Supervisor:
         # The new connection's region (or none: inline) replaces the old connection's.
         session.use_shared(fresh.shared)
         fresh.shared = None
+        if session.packer is not None:
+            session.packer.key()  # the client may have missed frames: no delta against them
         if session.replay is not None:
             session.replay.arm()  # the client may send its last request again
         self.metrics.count("sessions_resumed")

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ProtocolError
 from ..palette import PALETTE_BYTES
 from . import frames
-from .limits import MAX_DEPTH, MAX_ID
+from .limits import MAX_CODECS, MAX_DEPTH, MAX_ID
 
 __all__ = ["SCHEMAS", "Check", "foreign"]
 
@@ -82,6 +82,24 @@ def _opt_palette(name: str, v: Any) -> bytes | None:
             f"field '{name}' must be {want}, got {len(v)} bytes", code="bad_request"
         )
     return v
+
+
+def _codecs(name: str, v: Any) -> list[str]:
+    want = f"a list of at most {MAX_CODECS} codec names (strings of up to 32 characters)"
+    if v is None:
+        return []
+    if type(v) is not list or len(v) > MAX_CODECS:
+        raise _bad(name, want, v)
+    for item in v:
+        if type(item) is not str or len(item) > 32:
+            raise _bad(name, want, item)
+    return v
+
+
+def _codec(name: str, v: Any) -> str | None:
+    if v is None or (type(v) is str and len(v) <= 32):
+        return v
+    raise _bad(name, "nil or a codec name (a string of up to 32 characters)", v)
 
 
 def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
@@ -172,6 +190,8 @@ SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
         ("token", _or_nil(_str), False),
         ("resume", _or_nil(_str), False),
         ("palette", _bool, False),
+        ("compress", _codecs, False),
+        ("delta", _bool, False),
     ),
     frames.Reset: (
         ("seed", _or_nil(_uint), False),
@@ -189,6 +209,8 @@ SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
         ("spec", _map, True),
         ("resume_token", _or_nil(_str), False),
         ("palette", _opt_palette, False),
+        ("compress", _codec, False),
+        ("delta", _bool, False),
     ),
     frames.Result: (
         ("obs", _opt_array, False),

@@ -19,11 +19,13 @@ from .._shm import EXT_SHARED, ClientRegion
 from ..brief import brief
 from ..errors import PayloadTooBig, ProtocolError
 from .checks import SCHEMAS, foreign
+from .compress import EXT_COMPRESSED, ObsUnpacker
 from .frames import CLIENT_OPS, SERVER_OPS, ClientFrame, Error, Frame, ServerFrame
 from .limits import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_SERVER_FRAME_SIZE, MAX_ID
 
 __all__ = [
     "client_frame_from_map",
+    "compressed_ext_hook",
     "decode_client_frame",
     "decode_server_frame",
     "ext_hook",
@@ -40,6 +42,11 @@ def ext_hook(code: int, data: bytes) -> Any:
         raise ProtocolError(
             "MessagePack extension type 2 (an array in shared memory) is only valid in "
             "server results on a connection that set up a shared region (SPEC section 17)"
+        )
+    if code == EXT_COMPRESSED:
+        raise ProtocolError(
+            "MessagePack extension type 3 (a compressed array) is only valid in server "
+            "results of a session that negotiated compression (SPEC section 19)"
         )
     raise ProtocolError(f"MessagePack extension type {code} is not part of protocol v1")
 
@@ -64,6 +71,21 @@ def shared_ext_hook(
         if code == EXT_SHARED:
             return read(data)
         return ext_hook(code, data)
+
+    return hook
+
+
+def compressed_ext_hook(
+    unpacker: ObsUnpacker, inner: Callable[[int, bytes], Any] = ext_hook
+) -> Callable[[int, bytes], Any]:
+    """The extension hook of a session that negotiated compression: compressed
+    arrays (ext type 3) through `unpacker`, every other type through `inner`."""
+    unpack = unpacker.unpack
+
+    def hook(code: int, data: bytes) -> Any:
+        if code == EXT_COMPRESSED:
+            return unpack(data)
+        return inner(code, data)
 
     return hook
 

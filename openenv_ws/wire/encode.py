@@ -22,6 +22,7 @@ import numpy as np
 from .._arrays import EXT_NDARRAY, array_ext_parts, array_ext_payload
 from .._shm import SharedArray
 from ..errors import ProtocolError
+from .compress import CompressedArray
 from .frames import ClientFrame, Error, Frame, ServerFrame
 from .limits import MAX_ID
 
@@ -79,15 +80,20 @@ def _packed_shared(arr: SharedArray) -> bytes:
     return packed
 
 
-def array_parts(value: np.ndarray[Any, Any] | SharedArray) -> tuple[bytes, bytes | memoryview]:
+def array_parts(
+    value: np.ndarray[Any, Any] | SharedArray | CompressedArray,
+) -> tuple[bytes, bytes | memoryview]:
     """The encoded array as (extension header, element bytes), to be joined as they are.
 
     Raises:
         ProtocolError: an array of a dtype or shape outside protocol v1.
     """
-    if isinstance(value, SharedArray):
-        return _packed_shared(value), b""
-    return array_ext_parts(value)
+    kind = type(value)
+    if kind is SharedArray:
+        return _packed_shared(value), b""  # type: ignore[arg-type]
+    if kind is CompressedArray:
+        return value  # type: ignore[return-value]
+    return array_ext_parts(value)  # type: ignore[arg-type]
 
 
 class Layout(NamedTuple):
@@ -111,6 +117,8 @@ def _make_layout(cls: type[Frame]) -> Layout:
 
 
 _LAYOUTS: dict[type[Frame], Layout] = {}
+# Values spliced in as extensions: inline, in shared memory, compressed.
+_ARRAYS = frozenset({np.ndarray, SharedArray, CompressedArray})
 
 
 def layout(cls: type[Frame]) -> Layout:
@@ -149,7 +157,7 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
                 append(_TRUE)
             elif value is False:
                 append(_FALSE)
-            elif type(value) is np.ndarray or type(value) is SharedArray:
+            elif type(value) in _ARRAYS:
                 parts.extend(array_parts(value))
             else:
                 append(pack(value))

@@ -61,6 +61,8 @@ class Open(Frame):
     token: str | None = None
     resume: str | None = None
     palette: bool = False
+    compress: list[str] = field(default_factory=list)
+    delta: bool = False
 
 
 @dataclass(slots=True)
@@ -124,6 +126,8 @@ class Opened(Frame):
     spec: dict[str, Any] = field(default_factory=dict)
     resume_token: str | None = None
     palette: bytes | None = None
+    compress: str | None = None
+    delta: bool = False
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_SERVER_FRAME_SIZE",
+    "MAX_CODECS",
     "MAX_DEPTH",
     "MAX_ERROR_MESSAGE",
     "MAX_ID",
@@ -28,3 +29,5 @@ MAX_ID = 0xFFFFFFFF
 MAX_DEPTH = 8
 #: Longest error message a server sends, in characters; longer ones are cut.
 MAX_ERROR_MESSAGE = 1000
+#: Most codec names an ``open`` may list in ``compress``.
+MAX_CODECS = 16

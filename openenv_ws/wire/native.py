@@ -17,10 +17,11 @@ import numpy as np
 
 from .._shm import SharedArray
 from ..errors import ProtocolError
+from .compress import CompressedArray
 from .encode import NIL, array_parts, encode, layout
 from .frames import Result, Step
 
-__all__ = ["encode_result", "encode_step", "native_wire", "parse_step"]
+__all__: list[str] = ["encode_result", "encode_step", "native_wire", "parse_step"]
 
 #: The C module (``openenv_ws._wire``) given this package's layouts; None
 #: where the package was installed without a C compiler.
@@ -59,7 +60,7 @@ def encode_result(
                 (NIL, b"")
                 if obs is None
                 else array_parts(obs)
-                if kind is np.ndarray or kind is SharedArray
+                if kind is np.ndarray or kind is SharedArray or kind is CompressedArray
                 else (b"", b"")
             )
         except (ProtocolError, TypeError, ValueError, OverflowError):
