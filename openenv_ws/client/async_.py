@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..errors import InvalidState, RequestTimeout, ServerUnavailable, SessionClosed
@@ -45,6 +45,8 @@ class AsyncEnvClient(SessionOps[ObsT]):
         resume_timeout: float = 30.0,
         shared_memory: bool = True,
         indexed_frames: bool | None = None,
+        compression: str | Sequence[str] | None = "auto",
+        delta: bool = True,
     ) -> None:
         self.url = normalize_url(url)
         self.timeout = timeout
@@ -57,6 +59,7 @@ class AsyncEnvClient(SessionOps[ObsT]):
             indexed_frames=indexed_frames,
         )
         self._shared_memory = shared_memory
+        self._core.offer_compression(self.url, compression, delta)
         self._ws: AsyncWebSocket | None = None
         self._lock = asyncio.Lock()
         self._closed = False

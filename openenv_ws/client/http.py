@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -88,6 +88,9 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             connection fails before its reply arrives (0: never). The server
             answers a repeated request from its last reply, so a step whose
             reply was lost is applied once.
+        compression: compressed observations with the msgpack encoding, as
+            :class:`~openenv_ws.client.EnvClient` has them but never as deltas
+            (a lost reply would leave the two sides out of step).
 
     Subclasses in OpenEnv's style define ``_step_payload``, ``_parse_result``
     and ``_parse_state`` (see the module docstring).
@@ -110,6 +113,7 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         max_frame_size: int = 64 << 20,
         encoding: Literal["msgpack", "json"] = "msgpack",
         retry_timeout: float = 30.0,
+        compression: str | Sequence[str] | None = "auto",
     ) -> None:
         if (url is None) == (base_url is None):
             raise TypeError("pass the server's URL once, as url or as base_url")
@@ -125,6 +129,10 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         # Full-colour frames: the fallback keeps to the plainest form of the protocol.
         self._core = ClientCore(
             config or {}, token=token, max_frame_size=max_frame_size, indexed_frames=False
+        )
+        # A reply lost on the way is retried here unnoticed by the server: no delta frames.
+        self._core.offer_compression(
+            self.url, compression if encoding == "msgpack" else None, False
         )
         media = _MSGPACK if encoding == "msgpack" else _JSON
         headers = {"Content-Type": media, "Accept": media, **self._core.headers()}

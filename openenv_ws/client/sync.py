@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..errors import InvalidState, SessionClosed
@@ -53,6 +53,14 @@ class EnvClient(BlockingSession[ObsT]):
             byte per pixel instead of three, which this client expands (SPEC
             section 18); the observations are the same arrays. None (default):
             when the C expander is built (``openenv_ws.palette.NATIVE``).
+        compression: compress observations sent over the network (SPEC
+            section 19): ``"auto"`` (default) offers every codec this install
+            has (zstd, lz4) when the server is not on a loopback address,
+            ``"zstd"`` or ``"lz4"`` offers that one, None sends them raw. The
+            server picks; :attr:`compression` tells what it chose.
+        delta: with compression, also accept frames sent as the difference
+            from the previous observation (a few hundred bytes for an Atari
+            screen); the arrays you get are the same.
 
     The server's heartbeat pings are answered during calls by the call itself
     and between calls by a background thread that reads the socket only while
@@ -81,6 +89,8 @@ class EnvClient(BlockingSession[ObsT]):
         resume_timeout: float = 30.0,
         shared_memory: bool = True,
         indexed_frames: bool | None = None,
+        compression: str | Sequence[str] | None = "auto",
+        delta: bool = True,
     ) -> None:
         self.url = normalize_url(url)
         self.timeout = timeout
@@ -94,6 +104,7 @@ class EnvClient(BlockingSession[ObsT]):
             indexed_frames=indexed_frames,
         )
         self._core.offer_shared_memory(self.url, shared_memory)
+        self._core.offer_compression(self.url, compression, delta)
         self._ws: BlockingWebSocket | None = None
         self._closing = False
         # Held around each call; the heartbeat thread reads only when it is free.

@@ -91,6 +91,8 @@ class VectorEnvClient:
             session is given up (its next result raises ``SessionClosed``).
         indexed_frames: ask for RGB frames as palette indices, expanded by
             this client (see :class:`~openenv_ws.client.EnvClient`).
+        compression, delta: compressed observations, per env (see
+            :class:`~openenv_ws.client.EnvClient`).
 
     Raises:
         ServerUnavailable: a server does not answer.
@@ -116,6 +118,8 @@ class VectorEnvClient:
         resume: bool = True,
         resume_timeout: float = 30.0,
         indexed_frames: bool | None = None,
+        compression: str | Sequence[str] | None = "auto",
+        delta: bool = True,
     ) -> None:
         url_list = (
             [normalize_url(urls)] if isinstance(urls, str) else list(map(normalize_url, urls))
@@ -158,6 +162,7 @@ class VectorEnvClient:
                 indexed_frames=indexed_frames,
             )
             core.offer_shared_memory(url, shared_memory)
+            core.offer_compression(url, compression, delta)
             self._slots.append(
                 EnvSlot(
                     i,
