@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -104,16 +105,23 @@ class PeerUnavailable(RuntimeError):
 
 
 class PeerServer:
-    """``python -m MODULE`` serving HTTP on a free port; it prints ``serving on http://HOST:PORT``.
+    """``python -m MODULE [ARGS]`` serving HTTP; it prints ``serving on http://HOST:PORT``
+    (or, as ``openenv-ws serve`` does, ``serving protocol v1 on ws://HOST:PORT/ws``).
 
     Args:
         module: the module to run.
         env: extra environment variables (the peer's configuration).
         placement: where to pin the server process.
         startup_timeout: seconds to wait until ``GET /health`` answers 200.
+        args: the module's arguments.
+        prefix: a command the Python command runs under (``ip netns exec NAME``).
+        host: the address ``/health`` is asked at.
+        ca_file: ask ``/health`` over HTTPS, trusting this CA bundle.
     """
 
-    READY = re.compile(r"serving on http://(?P<host>[\d.]+):(?P<port>\d+)")
+    READY = re.compile(
+        r"serving (?:protocol v\d+ )?on (?:http|ws)s?://(?P<host>[\d.]+):(?P<port>\d+)"
+    )
 
     def __init__(
         self,
@@ -122,13 +130,20 @@ class PeerServer:
         env: Mapping[str, str],
         placement: Placement,
         startup_timeout: float = 90.0,
+        args: Sequence[str] = (),
+        prefix: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        ca_file: str | None = None,
     ) -> None:
         self.module = module
         self.env = dict(env)
         self.placement = placement
         self.startup_timeout = startup_timeout
+        self.args = list(args)
+        self.prefix = list(prefix)
+        self.ca_file = ca_file
         self.process: subprocess.Popen[bytes] | None = None
-        self.host = "127.0.0.1"
+        self.host = host
         self.port: int | None = None
         self._log: IO[bytes] | None = None
 
@@ -144,7 +159,7 @@ class PeerServer:
     def __enter__(self) -> PeerServer:
         self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", self.module],
+            [*self.prefix, sys.executable, "-m", self.module, *self.args],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -178,7 +193,12 @@ class PeerServer:
         )
 
     def _healthy(self) -> bool:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=2.0)
+        conn: http.client.HTTPConnection
+        if self.ca_file is None:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=2.0)
+        else:
+            context = ssl.create_default_context(cafile=self.ca_file)
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=2.0, context=context)
         try:
             conn.request("GET", "/health")
             return conn.getresponse().status == 200

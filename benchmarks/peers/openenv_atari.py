@@ -19,8 +19,8 @@ code path, the JSON messages and their size are OpenEnv's:
   ``ATARI_FRAMESKIP``.
 
 ``python -m benchmarks.peers.openenv_atari`` serves it with uvicorn's default
-settings (as OpenEnv's image runs it) on a free loopback port and prints
-``serving on http://127.0.0.1:PORT``.
+settings (as OpenEnv's image runs it) on a free port of ``PEER_HOST``
+(default 127.0.0.1) and prints ``serving on http://HOST:PORT``.
 """
 
 # openenv-core ships no type information: its base classes are Any to mypy.
@@ -227,10 +227,11 @@ def main() -> None:
 
     from openenv_ws.server import bind_socket
 
-    sock = bind_socket("127.0.0.1", 0)
+    host = os.environ.get("PEER_HOST", "127.0.0.1")
+    sock = bind_socket(host, 0)
     port = sock.getsockname()[1]
-    print(f"serving on http://127.0.0.1:{port}", flush=True)
-    uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")).run(
+    print(f"serving on http://{host}:{port}", flush=True)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(
         sockets=[sock]
     )
 

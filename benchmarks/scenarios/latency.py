@@ -28,7 +28,9 @@ __all__ = [
     "KEY_COLUMNS",
     "LATENCY_COLUMNS",
     "PERCENTILE_COLUMNS",
+    "Window",
     "compare_row",
+    "no_window",
     "polling_pays",
     "remote_steps",
 ]
@@ -55,17 +57,32 @@ LATENCY_COLUMNS = [
 ]
 
 
+def no_window(env: object) -> contextlib.AbstractContextManager[object]:
+    """The default `window` of the step loops: nothing around the timed steps."""
+    return contextlib.nullcontext()
+
+
+#: ``window(client)``: a context manager held around the timed steps only (warm-up excluded).
+Window = Callable[[Any], contextlib.AbstractContextManager[object]]
+
+
 def sync_steps(
-    url: str, work: Workload, client: type[Any] = EnvClient, **options: Any
+    url: str,
+    work: Workload,
+    client: type[Any] = EnvClient,
+    *,
+    window: Window = no_window,
+    **options: Any,
 ) -> np.ndarray[Any, Any]:
     """Per-step seconds of `client` (a blocking client class such as :class:`EnvClient`,
-    made with `options`) playing `work`."""
+    made with `options`) playing `work`; ``window(env)`` is held around the timed steps."""
     env: Any
     with client(url, config=work.config, **options) as env:
         env.reset(seed=work.seed)
         time_steps(lambda a: env.step(a).done, env.reset, work.warmup)
         env.reset(seed=work.seed)
-        return time_steps(lambda a: env.step(a).done, env.reset, work.actions)
+        with window(env):
+            return time_steps(lambda a: env.step(a).done, env.reset, work.actions)
 
 
 def async_steps(url: str, work: Workload) -> np.ndarray[Any, Any]:

@@ -27,11 +27,13 @@ from .latency import (
     KEY_COLUMNS,
     PERCENTILE_COLUMNS,
     SERVER_ARGS,
+    Window,
+    no_window,
     polling_pays,
     sync_steps,
 )
 
-__all__: list[str] = []
+__all__ = ["peer_env", "peer_ws_steps"]
 
 PEER_MODULE = "benchmarks.peers.openenv_atari"
 
@@ -54,8 +56,9 @@ def _peer_version() -> str | None:
         return None
 
 
-def _ws_steps(url: str, work: Workload) -> np.ndarray[Any, Any]:
-    """OpenEnv's own asyncio WebSocket ``EnvClient`` (its native client) playing `work`."""
+def peer_ws_steps(url: str, work: Workload, window: Window = no_window) -> np.ndarray[Any, Any]:
+    """OpenEnv's own asyncio WebSocket ``EnvClient`` (its native client) playing `work`;
+    ``window(client)`` is held around the timed steps."""
     from ..peers.openenv_atari import AtariAction, OpenEnvAtariClient
 
     async def play() -> np.ndarray[Any, Any]:
@@ -70,7 +73,8 @@ def _ws_steps(url: str, work: Workload) -> np.ndarray[Any, Any]:
             await reset()
             await time_steps_async(step, reset, work.warmup[:10])
             await reset()
-            return await time_steps_async(step, reset, work.actions)
+            with window(env):
+                return await time_steps_async(step, reset, work.actions)
 
     return run_async(play())
 
@@ -94,7 +98,7 @@ def _http_steps(url: str, work: Workload, steps: int) -> np.ndarray[Any, Any]:
         return time_steps(step, lambda: None, work.actions[:steps])
 
 
-def _peer_env(work: Workload, *, screen_image: bool) -> dict[str, str]:
+def peer_env(work: Workload, *, screen_image: bool) -> dict[str, str]:
     return {
         "ATARI_GAME": work.game,
         "ATARI_OBS_TYPE": work.obs_type,
@@ -195,7 +199,7 @@ def _one_workload(
         # OpenEnv's unchanged client against our server (its JSON dialect on the same /ws).
         config = ["--openenv-config", json.dumps(work.config)]
         with our_server(placement, config) as dialect:
-            samples = _ws_steps(dialect.http_url, work)
+            samples = peer_ws_steps(dialect.http_url, work)
         add("OpenEnv WS client → openenv-ws", latency_row(samples), len(samples))
         plot("OpenEnv WS client → openenv-ws", samples)
     else:
@@ -229,9 +233,9 @@ def _peer_rows(
         return
     try:
         with PeerServer(
-            PEER_MODULE, env=_peer_env(work, screen_image=screen_image), placement=placement
+            PEER_MODULE, env=peer_env(work, screen_image=screen_image), placement=placement
         ) as peer:
-            samples = _ws_steps(peer.http_url, work)
+            samples = peer_ws_steps(peer.http_url, work)
             add(path, latency_row(samples), len(samples))
             plot(path, samples)
             if measure_http:

@@ -237,3 +237,58 @@ def test_wrapper(tmp_path: Path) -> None:
         positive(row, "value", "vs_reference")
     for name in resets:
         positive(rows[("reset, ms", name)], "stall_ms")
+
+
+def needs_netns() -> None:
+    """Skip without root, ip and tc (in CI, which runs as root, a skip is a failure)."""
+    from benchmarks import netns
+
+    why = netns.unavailable()
+    if why is not None:
+        pytest.skip(f"the remote scenario: {why}")
+
+
+@pytest.mark.slow
+def test_remote(tmp_path: Path) -> None:
+    import inspect
+
+    from benchmarks import netns
+    from benchmarks.servers import serve_supports
+    from openenv_ws.client import EnvClient
+
+    needs_netns()
+    args = ("--steps", "20", "--peer-steps", "5", "--placement", "shared")
+    section = bench(tmp_path, "remote", *args)
+    params = inspect.signature(EnvClient.__init__).parameters
+    compression = "compression" in params and "delta" in params
+    tls = serve_supports("--certfile") and "ca_file" in params
+    optional = {
+        "openenv-ws default": compression,
+        "openenv-ws lz4": compression,
+        "openenv-ws lz4, delta": compression,
+        "openenv-ws zstd": compression,
+        "openenv-ws zstd, delta": compression,
+        "openenv-ws TLS, default options": tls,
+    }
+    always = ["in-process", "openenv-ws raw", "OpenEnv WS (its server and client)"]
+    blocks = {(row["game"], row["link"]) for row in section["rows"]}
+    assert blocks == {
+        (g, link) for g in ("pong", "breakout") for link in ("1 Gbit/s", "100 Mbit/s")
+    }
+    for block in blocks:
+        rows = {r["path"]: r for r in section["rows"] if (r["game"], r["link"]) == block}
+        assert set(rows) == {*always, *optional}
+        for path, row in rows.items():
+            if not optional.get(path, True):
+                assert row["note"].startswith("pending: "), row
+                continue
+            positive(row, "p50_us", "p99_us", "steps_per_s", "vs_inprocess")
+            if path != "in-process":
+                positive(row, "down_bytes", "up_bytes")
+        assert rows["openenv-ws raw"]["mode"] == "none"
+        assert rows["openenv-ws raw"]["down_bytes"] > 20 * 1000  # a colour-code frame a step
+        assert "permessage-deflate" in rows["OpenEnv WS (its server and client)"]["mode"]
+        if compression:
+            assert rows["openenv-ws lz4, delta"]["mode"] == "lz4+delta"
+            assert rows["openenv-ws zstd"]["mode"] == "zstd"
+    assert not netns.leftovers(), "the run left its namespace or veth pair behind"
