@@ -16,10 +16,25 @@ from typing import Any
 from .environment import Environment
 from .errors import EnvConfigError
 from .registry import DEFAULT_ENV, Command, EnvPlugin, command_entry_points, load_env
+from .wire.compress import available_codecs
 
 __all__ = ["main"]
 
 logger = logging.getLogger("openenv_ws.cli")
+
+
+def _codecs(text: str) -> tuple[str, ...]:
+    """``--compression``: codec names, comma-separated, or ``none``."""
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    have = available_codecs()
+    for name in names:
+        if name not in have:
+            raise argparse.ArgumentTypeError(
+                f"unknown codec {name!r}; use a comma-separated list of {', '.join(have)}, or none"
+            )
+    return names
 
 
 def _load_env(spec: str) -> EnvPlugin[Environment]:
@@ -80,6 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         step_timeout=args.step_timeout or None,
         cold_open_share=args.cold_open_share,
         cold_open_queue=args.cold_open_queue,
+        compression=args.compression,
     )
     token = args.token or os.environ.get(TOKEN_ENV) or None
     plugin = _load_env(args.env)
@@ -330,6 +346,15 @@ def _parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds a connection has to send its request and complete a WebSocket "
         "handshake before it is dropped (0: no limit; default 10)",
+    )
+    serve.add_argument(
+        "--compression",
+        type=_codecs,
+        default=("zstd", "lz4"),
+        metavar="CODECS",
+        help="compress the observations sent inline (not those in shared memory) for clients "
+        "that offer it, with the first codec of this list the client offers: comma-separated, of "
+        f"{', '.join(available_codecs())}; 'none' never compresses (default zstd,lz4)",
     )
     serve.add_argument(
         "--open-timeout",

@@ -41,6 +41,7 @@ from .protocol import (
     frame_fields,
     server_frame_from_map,
 )
+from .wire.compress import CompressedArray
 
 __all__ = [
     "ARRAY_TAG",
@@ -93,6 +94,8 @@ def to_json_value(value: Any) -> Any:
         return [to_json_value(v) for v in value]
     if isinstance(value, np.ndarray):
         return _array_to_json(value)
+    if kind is CompressedArray:  # JSON carries the array itself (SPEC section 19)
+        return _array_to_json(value.source)
     if isinstance(value, bytes | bytearray | memoryview):
         return {BYTES_TAG: base64.b64encode(value).decode("ascii")}
     if isinstance(value, np.generic):

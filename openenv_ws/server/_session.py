@@ -46,7 +46,7 @@ from ..protocol import (
     error_frame,
     parse_step,
 )
-from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose
+from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose, mode_name
 from ._offload import Worker
 from .replay import ReplayCache
 
@@ -91,6 +91,8 @@ class ServerSession:
             first (SPEC section 19); empty: never.
         allow_delta: delta frames may be chosen (False where replies can be lost
             without the server knowing, as on HTTP).
+        byte_counts: where compressed sessions add up their raw and sent
+            observation bytes, per mode (for ``/metrics``).
 
     When the session ends, its environment is closed, or handed to the
     factory's ``give_back(config, env)`` if it has one (a
@@ -107,6 +109,7 @@ class ServerSession:
         "_admit",
         "_admitted",
         "_broken",
+        "_byte_counts",
         "_closing",
         "_config",
         "_factory",
@@ -139,6 +142,7 @@ class ServerSession:
         release: Callable[[ServerSession], None] | None = None,
         compression: Sequence[str] = (),
         allow_delta: bool = True,
+        byte_counts: dict[str, list[int]] | None = None,
     ) -> None:
         self._factory = env_factory
         self._give_back: Callable[[dict[str, Any], Environment], None] | None = getattr(
@@ -163,6 +167,7 @@ class ServerSession:
         #: Codecs this server compresses observations with, preferred first, and
         #: whether delta frames are allowed (SPEC section 19; not over HTTP).
         self.compression = (tuple(compression), allow_delta)
+        self._byte_counts = byte_counts
         #: Compresses the observations sent inline when the session chose a codec.
         self.packer: ObsPacker | None = None
         # (shape, dtype) of the observations the environment writes into shared
@@ -436,7 +441,14 @@ class ServerSession:
         preference, allow_delta = self.compression
         codec, delta = choose(frame.compress, frame.delta, preference, allow_delta=allow_delta)
         if codec is not None:
-            self.packer = ObsPacker(codec, delta)
+            counts = self._byte_counts
+            self.packer = ObsPacker(
+                codec,
+                delta,
+                None
+                if counts is None
+                else counts.setdefault(mode_name(codec, delta) or "", [0, 0]),
+            )
         self.machine.served("open")
         return self.opened_reply(frame.id), None
 

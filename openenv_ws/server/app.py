@@ -160,6 +160,7 @@ def create_app(
     session_factory: EnvFactory = pool if pool is not None else env_factory
     supervisor = Supervisor(session_factory, registry, token=token)
     metrics = supervisor.metrics
+    metrics.observation_bytes = registry.observation_bytes
     if workers is not None:
         board = workers
         registry.on_change = lambda r: board.publish(len(r.active), r.opened_total)

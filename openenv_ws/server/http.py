@@ -192,6 +192,7 @@ class HTTPSessionStore:
             # A lost reply goes unnoticed here (the client retries): no delta frames.
             compression=self.registry.limits.compression,
             allow_delta=False,
+            byte_counts=self.registry.observation_bytes,
         )
         session.replay = ReplayCache(sticky=True)
         return session

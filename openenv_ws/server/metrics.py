@@ -156,6 +156,9 @@ class ServerMetrics:
         self.registry.register(_Collector(self))
         ProcessCollector(namespace="openenv_ws", registry=self.registry)
         self.gc_pauses = GC_PAUSES.install()
+        #: Per compression mode: [observation bytes compressed, bytes sent] (the
+        #: sessions' :attr:`~openenv_ws.server.registry.SessionRegistry.observation_bytes`).
+        self.observation_bytes: dict[str, list[int]] = {}
 
     def error(self, code: str) -> None:
         """Count one ``error`` frame sent, by code."""
@@ -174,6 +177,7 @@ class ServerMetrics:
             "gauges": dict(self._gauges()),
             "step_counts": list(hist.counts),
             "step_sum": hist.total,
+            "observation_bytes": {k: list(v) for k, v in self.observation_bytes.items()},
         }
 
     def merged(self) -> dict[str, Any]:
@@ -188,6 +192,11 @@ class ServerMetrics:
                         mine[name] = max(mine.get(name, 0), value)
                     else:
                         mine[name] = mine.get(name, 0) + value
+            mine_bytes = total["observation_bytes"]
+            for mode, pair in peer.get("observation_bytes", {}).items():
+                have = mine_bytes.setdefault(mode, [0, 0])
+                have[0] += pair[0]
+                have[1] += pair[1]
             counts = peer.get("step_counts", [])
             if len(counts) == len(total["step_counts"]):
                 pairs = zip(total["step_counts"], counts, strict=True)
@@ -249,6 +258,16 @@ class _Collector:
         for code, n in sorted(snap["errors"].items()):
             errors.add_metric([code], n)
         yield errors
+        sizes = CounterMetricFamily(
+            "openenv_ws_observation_bytes",
+            "Observations of compressed sessions, by compression mode: their element "
+            "bytes (kind=raw) and what they took on the wire (kind=sent).",
+            labels=["mode", "kind"],
+        )
+        for mode, (raw, sent) in sorted(snap["observation_bytes"].items()):
+            sizes.add_metric([mode, "raw"], raw)
+            sizes.add_metric([mode, "sent"], sent)
+        yield sizes
         yield HistogramMetricFamily(
             "openenv_ws_step_seconds",
             "Server time to serve one step request (decode, environment step, encode).",

@@ -67,6 +67,9 @@ class SessionRegistry:
     opened_total: int = 0
     #: Called after every admit and release (e.g. to publish counts to other workers).
     on_change: Callable[[SessionRegistry], None] | None = None
+    #: Per compression mode (e.g. ``"zstd+delta"``): [element bytes of the
+    #: observations compressed, bytes they took on the wire] (SPEC section 19).
+    observation_bytes: dict[str, list[int]] = field(default_factory=dict)
 
     def admit(self, session: ServerSession) -> tuple[str, str] | None:
         """Take `session` in, or say why not (``capacity``)."""

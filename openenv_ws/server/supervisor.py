@@ -137,6 +137,7 @@ class SupervisedSession(ServerSession):
             admit=registry.admit,
             release=registry.release,
             compression=registry.limits.compression,
+            byte_counts=registry.observation_bytes,
         )
         self._sup = supervisor
         self._hist = supervisor.metrics.step_seconds

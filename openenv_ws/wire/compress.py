@@ -97,10 +97,12 @@ def mode_name(codec: str | None, delta: bool) -> str | None:
 
 class CompressedArray(NamedTuple):
     """An observation ready to splice into a frame: the ext header with the array
-    header, then the compressed bytes."""
+    header, then the compressed bytes; `source` is the array itself, for a view of
+    the frame that cannot carry compressed bytes (JSON)."""
 
     head: bytes
     data: bytes
+    source: np.ndarray[Any, Any]
 
     @property
     def nbytes(self) -> int:
@@ -110,7 +112,8 @@ class CompressedArray(NamedTuple):
 
 class ObsPacker:
     """The server side of a compressed session: compresses observations, keeps the
-    previous one for delta frames, and counts raw and sent bytes."""
+    previous one for delta frames, and counts raw and sent bytes (also into
+    `totals`, ``[raw, sent]``, if given)."""
 
     __slots__ = (
         "_base",
@@ -118,6 +121,7 @@ class ObsPacker:
         "_compress",
         "_key",
         "_scratch",
+        "_totals",
         "codec",
         "delta",
         "raw",
@@ -125,8 +129,9 @@ class ObsPacker:
         "serial",
     )
 
-    def __init__(self, codec: str, delta: bool) -> None:
+    def __init__(self, codec: str, delta: bool, totals: list[int] | None = None) -> None:
         self.codec = codec
+        self._totals = totals
         self._code = CODECS[codec]
         if codec == "zstd":
             self._compress = _MODULES["zstd"].ZstdCompressor(level=_ZSTD_LEVEL).compress
@@ -189,7 +194,11 @@ class ObsPacker:
         size = len(head) + len(data)
         self.raw += arr.nbytes
         self.sent += size
-        return CompressedArray(ext_header(size, EXT_COMPRESSED) + head, data)
+        totals = self._totals
+        if totals is not None:  # the server's, of every session of this mode
+            totals[0] += arr.nbytes
+            totals[1] += size
+        return CompressedArray(ext_header(size, EXT_COMPRESSED) + head, data, arr)
 
 
 class ObsUnpacker:

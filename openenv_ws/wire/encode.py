@@ -92,7 +92,7 @@ def array_parts(
     if kind is SharedArray:
         return _packed_shared(value), b""  # type: ignore[arg-type]
     if kind is CompressedArray:
-        return value  # type: ignore[return-value]
+        return value.head, value.data  # type: ignore[union-attr]
     return array_ext_parts(value)  # type: ignore[arg-type]
 
 

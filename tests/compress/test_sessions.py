@@ -3,10 +3,14 @@ exactly the frames of an uncompressed session, whatever happens to the session."
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -229,3 +233,34 @@ def test_vector_sessions_match_uncompressed_ones(server: ServerThread) -> None:
             x, y = packed.step(actions), plain.step(actions)
             np.testing.assert_array_equal(x[0], y[0])
             np.testing.assert_array_equal(x[1], y[1])
+
+
+def test_a_json_view_carries_the_array_itself(server: ServerThread) -> None:
+    """A session opened with msgpack and compression, read as JSON: arrays as usual."""
+
+    def post(path: str, body: bytes, media: str, accept: str) -> bytes:
+        request = urllib.request.Request(
+            f"{server.http_url}/v1/sessions{path}",
+            data=body,
+            headers={"Content-Type": media, "Accept": accept},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return bytes(response.read())
+
+    open_body = {"op": "open", "id": 1, "version": 1, "config": {"game": "pong"}}
+    opened = msgpack.unpackb(
+        post("", msgpack.packb({**open_body, "compress": ["zstd"], "delta": True}),
+             "application/msgpack", "application/msgpack")
+    )  # fmt: skip
+    assert opened["compress"] == "zstd" and opened["delta"] is False  # no deltas over HTTP
+    sid = opened["session_id"]
+    reply = json.loads(
+        post(f"/{sid}/reset", b'{"seed": 2}', "application/json", "application/json")
+    )
+    assert reply["obs"]["$ndarray"] == "uint8" and reply["obs"]["shape"] == [210, 160, 3]
+    local = Local({"game": "pong"})
+    want = local.reset(seed=2).observation
+    local.env.close()
+    got = np.frombuffer(base64.b64decode(reply["obs"]["data"]), np.uint8).reshape(210, 160, 3)
+    np.testing.assert_array_equal(got, want)
