@@ -289,17 +289,15 @@ def _start_servers(
 def _peer(link: netns.Link, placement: Placement, work: Workload) -> Iterator[PeerServer | str]:
     """OpenEnv's Atari server in the namespace, or why it could not start."""
     env = {**peer_env(work, screen_image=True), "PEER_HOST": link.ns_ip}
-    server = PeerServer(PEER_MODULE, env=env, placement=placement, prefix=link.command([]))
-    server.host = link.ns_ip
-    try:
-        server.__enter__()
-    except (PeerUnavailable, OSError) as exc:
-        yield f"could not run: {exc}"
-        return
-    try:
+    prefix = link.command([])
+    server = PeerServer(PEER_MODULE, env=env, placement=placement, prefix=prefix, host=link.ns_ip)
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(server)
+        except (PeerUnavailable, OSError) as exc:
+            yield f"could not run: {exc}"
+            return
         yield server
-    finally:
-        server.__exit__()
 
 
 def _one_link(
