@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import socket
@@ -203,20 +204,6 @@ def bulk_mbit(link: netns.Link, seconds: float = BULK_SECONDS) -> float:
             sink.kill()
 
 
-def _best(
-    rounds: int, link: netns.Link, play: Callable[[Meter], np.ndarray[Any, Any]]
-) -> tuple[np.ndarray[Any, Any], Meter]:
-    """The round with the lowest median step (other load only ever adds time), its bytes."""
-    best: tuple[np.ndarray[Any, Any], Meter] | None = None
-    for _ in range(max(1, rounds)):
-        meter = Meter(link)
-        samples = play(meter)
-        if best is None or np.median(samples) < np.median(best[0]):
-            best = samples, meter
-    assert best is not None
-    return best
-
-
 def _stats(samples: np.ndarray[Any, Any], meter: Meter | None, ref: float) -> dict[str, Any]:
     stats = latency_row(samples)
     row: dict[str, Any] = {
@@ -243,7 +230,8 @@ def run(ctx: Context) -> Section:
     stale = netns.clean_stale()
     contenders = _contenders()
     placement = ctx.placements()[0]
-    ctx.progress.start(section.title, len(GAMES) * len(LINKS) * (len(contenders) + 2))
+    per_link = max(1, ctx.options.rounds) * (len(contenders) + 1) + 1
+    ctx.progress.start(section.title, len(GAMES) * len(LINKS) * per_link)
     rates: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
         link = stack.enter_context(netns.namespace_link())
@@ -300,6 +288,10 @@ def _peer(link: netns.Link, placement: Placement, work: Workload) -> Iterator[Pe
         yield server
 
 
+def _ours(url: str, work: Workload, options: dict[str, Any], meter: Meter) -> Any:
+    return sync_steps(url, work, window=meter, **options)
+
+
 def _one_link(
     ctx: Context,
     link: netns.Link,
@@ -310,39 +302,46 @@ def _one_link(
     peer: PeerServer | str,
     contenders: list[Contender],
 ) -> list[dict[str, Any]]:
-    rounds = ctx.options.rounds
+    """The rows of one game on one link; rounds go over every contender in turn, so that
+    the machine's drift reaches them alike, and each keeps its round with the lowest median
+    (other load only ever adds time)."""
     base = {"game": work.game, "link": label}
-    ctx.progress.phase(f"in-process {work.game} [{label}]")
-    ref_samples, _ = _best(rounds, link, lambda meter: inprocess_steps(work))
-    ref = latency_row(ref_samples)["steps_per_s"]
-    rows = [{**base, "path": "in-process", **_stats(ref_samples, None, ref)}]
+    plays: dict[str, Callable[[Meter], np.ndarray[Any, Any]]] = {
+        "in-process": lambda meter: inprocess_steps(work)
+    }
+    rows = {"in-process": {**base, "path": "in-process"}}
     for path, options, kind, wait in contenders:
-        ctx.progress.phase(f"{path} {work.game} [{label}]")
+        rows[path] = {**base, "path": path}
         url = servers.get(kind)
         if wait is not None or url is None:
-            rows.append({**base, "path": path, "note": f"pending: {wait or 'trustme missing'}"})
+            rows[path]["note"] = f"pending: {wait or 'trustme is not installed'}"
             continue
         if kind == "tls":
             options = {**options, "ca_file": servers["ca_file"]}
-
-        def play(meter: Meter, url: str = url, options: dict[str, Any] = options) -> Any:
-            return sync_steps(url, work, window=meter, **options)
-
-        samples, meter = _best(rounds, link, play)
-        rows.append({**base, "path": path, **_stats(samples, meter, ref)})
+        plays[path] = functools.partial(_ours, url, work, options)
+    rounds = max(1, ctx.options.rounds)
+    best: dict[str, tuple[np.ndarray[Any, Any], Meter]] = {}
+    for i in range(rounds):
+        for path, play in plays.items():
+            ctx.progress.phase(f"{path} {work.game} [{label}] {i + 1}/{rounds}")
+            meter = Meter(link)
+            samples = play(meter)
+            if path not in best or np.median(samples) < np.median(best[path][0]):
+                best[path] = samples, meter
+    ref = latency_row(best["in-process"][0])["steps_per_s"]
+    for path, (samples, meter) in best.items():
+        rows[path] |= _stats(samples, None if path == "in-process" else meter, ref)
     ctx.progress.phase(f"OpenEnv WS {work.game} [{label}]")
     path = "OpenEnv WS (its server and client)"
     if isinstance(peer, str):
-        rows.append({**base, "path": path, "note": peer})
-        return rows
-    url = peer.http_url
-    samples, meter = _best(1, link, lambda meter: peer_ws_steps(url, peer_work, meter))
+        return [*rows.values(), {**base, "path": path, "note": peer}]
+    meter = Meter(link)
+    samples = peer_ws_steps(peer.http_url, peer_work, meter)
     openenv = {**base, "path": path, **_stats(samples, meter, ref)}
-    rows.append(openenv)
-    for row in rows[1:-1]:
-        if "steps_per_s" in row:
+    for path, row in rows.items():
+        if path != "in-process" and "steps_per_s" in row:
             row["vs_openenv"] = row["steps_per_s"] / openenv["steps_per_s"]
-    return rows
+    return [*rows.values(), openenv]
 
 
 def _notes(
@@ -359,7 +358,8 @@ def _notes(
         f"Placement {placement.describe()}.",
         "Games RGB, frameskip 4, repeat_action_probability 0.25, random actions (the same "
         "seed and sequence for every row); in-process is AtariEnvironment in the client's "
-        "process, measured right before that link's rows. The client is EnvClient with its "
+        "process. Each row keeps its round of --rounds with the lowest median; a round goes "
+        "over in-process and every openenv-ws row in turn. The client is EnvClient with its "
         "defaults (colour codes; no shared memory, the server not being on a loopback "
         "address) plus the row's options; raw: compression=None.",
         "bytes/step: the veth counters of the client's end (Ethernet frames, both directions, "
