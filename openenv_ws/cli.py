@@ -63,6 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server._fastws import busy_poll_problem, transport_limits_problem
     from .server._guard import connection_cap
     from .server._pacing import share_problem
+    from .server._serve import tls_problem
     from .server.auth import TOKEN_ENV, exposure_warning, served_hosts
     from .server.workers import WorkerBoard, reserve_port, run_workers
 
@@ -84,6 +85,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     problem = share_problem(args.cold_open_share)
     if problem is not None:
         raise SystemExit(f"--cold-open-share {problem}")
+    problem = tls_problem(args.certfile, args.keyfile, args.keyfile_password)
+    if problem is not None:
+        raise SystemExit(problem)
     limits = ServerLimits(
         max_sessions=args.max_sessions,
         max_frame_size=args.max_frame_size,
@@ -147,10 +151,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=max_connections,
         max_connections_per_peer=args.max_connections_per_peer,
         handshake_timeout=args.handshake_timeout or None,
+        ssl_certfile=args.certfile,
+        ssl_keyfile=args.keyfile,
+        ssl_keyfile_password=args.keyfile_password,
     )
-    print(f"openenv-ws: serving protocol v1 on ws://{shown}:{port}/ws", flush=True)
+    s = "s" if args.certfile else ""  # TLS: wss:// and https://
+    print(f"openenv-ws: serving protocol v1 on ws{s}://{shown}:{port}/ws", flush=True)
     if args.web:
-        print(f"openenv-ws: web page on http://{shown}:{port}/web/", flush=True)
+        print(f"openenv-ws: web page on http{s}://{shown}:{port}/web/", flush=True)
     if board is not None:
 
         def serve_worker(listener: Any, index: int) -> None:
@@ -268,6 +276,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind")
     serve.add_argument("--port", type=_port, default=8000, help="port (0: any free port)")
+    serve.add_argument(
+        "--certfile",
+        metavar="PATH",
+        help="serve TLS (wss://, https://) with this PEM certificate (chain), its key too "
+        "unless --keyfile is given",
+    )
+    serve.add_argument("--keyfile", metavar="PATH", help="the certificate's PEM private key")
+    serve.add_argument(
+        "--keyfile-password",
+        metavar="TEXT",
+        help="the password of an encrypted --keyfile (other users may see it in the process "
+        "list: prefer a key file only the server's user can read)",
+    )
     serve.add_argument(
         "--env",
         default=DEFAULT_ENV,

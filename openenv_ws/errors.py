@@ -14,6 +14,8 @@ Every error the runtime raises on purpose derives from :class:`OpenEnvError`::
     │                            (carries the server's code, message and fatal flag)
     ├── SessionClosed            the session's socket is closed (close code, reason)
     ├── ServerUnavailable        no server could be reached or started
+    ├── TLSError                 the TLS handshake failed (certificate not trusted,
+    │                            wrong host name, expired; a peer not speaking TLS)
     ├── RequestTimeout           a reply did not arrive in time (also a TimeoutError)
     └── AuthError                the server refused the credentials
 
@@ -37,6 +39,7 @@ __all__ = [
     "RequestTimeout",
     "ServerUnavailable",
     "SessionClosed",
+    "TLSError",
 ]
 
 
@@ -150,6 +153,15 @@ class SessionClosed(OpenEnvError):
 
 class ServerUnavailable(OpenEnvError, ConnectionError):
     """No server could be reached (or started) at the given address."""
+
+    code = "unavailable"
+
+
+class TLSError(OpenEnvError, ConnectionError):
+    """A secure connection could not be made: the server's certificate failed
+    verification (the message names the problem and the URL), or one side
+    speaks TLS and the other does not. Not transient: clients do not retry it.
+    """
 
     code = "unavailable"
 

@@ -30,6 +30,7 @@ from ..wire.framing import (
     serialize,
 )
 from ..wire.handshake import check_handshake_answer, handshake_request
+from ._tls import looks_like_tls, plain_to_tls, tls_error
 from ._ws import ConnectionFacts, endpoint
 
 __all__ = ["AsyncWebSocket"]
@@ -65,24 +66,34 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         *,
         headers: Mapping[str, str] | None = None,
         max_size: int = 64 << 20,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> AsyncWebSocket:
         """Connect and complete the handshake (wrap in a timeout for a limit).
 
+        `ssl_context` is what a ``wss://`` connection verifies the server with
+        (default: the system's CA store, host name checked).
+
         Raises:
             ServerUnavailable: no server, or it did not accept a WebSocket.
+            TLSError: the TLS handshake failed (the message names the
+                certificate problem), or the server expects TLS on a ``ws://`` URL.
             AuthError: the server refused the handshake (HTTP 401/403).
             ProtocolError: a malformed handshake answer.
         """
         parts, secure, host, port = endpoint(url)
         loop = asyncio.get_running_loop()
+        if secure and ssl_context is None:
+            ssl_context = ssl.create_default_context()
         try:
             _, ws = await loop.create_connection(
                 lambda: cls(url, max_size),
                 host,
                 port,
-                ssl=ssl.create_default_context() if secure else None,
+                ssl=ssl_context if secure else None,
                 server_hostname=host if secure else None,
             )
+        except ssl.SSLError as exc:
+            raise tls_error(exc, url) from None
         except OSError as exc:
             raise ServerUnavailable(
                 f"cannot connect to {host}:{port} ({exc}); is the server running at {url}?"
@@ -114,7 +125,9 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
             self._parse()
         elif not head.done():  # else: frames after the answer wait until it is checked
             end = self._buf.find(b"\r\n\r\n")
-            if end >= 0:
+            if looks_like_tls(self._buf[:3]) and not self.url.startswith("wss:"):
+                head.set_exception(plain_to_tls(self.url))
+            elif end >= 0:
                 head.set_result(bytes(self._buf[:end]).decode("latin-1"))
                 del self._buf[: end + 4]
             elif len(self._buf) > _MAX_HEAD:
@@ -122,8 +135,9 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head is not None and not self._head.done():
+            hint = "" if self.url.startswith("wss:") else "; if it serves TLS, connect with wss://"
             self._head.set_exception(
-                ServerUnavailable(f"{self.url} closed the connection during the handshake")
+                ServerUnavailable(f"{self.url} closed the connection during the handshake{hint}")
             )
         if not self.closed:
             self._gone_with(None, f"the connection dropped ({exc or 'no close frame'})")

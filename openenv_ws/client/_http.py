@@ -19,6 +19,7 @@ import ssl
 import httptools
 
 from ..errors import PayloadTooBig, ProtocolError, RequestTimeout, ServerUnavailable
+from ._tls import tls_error
 
 __all__ = ["HTTPConnection"]
 
@@ -38,15 +39,27 @@ class HTTPConnection:
         host: the server's host name or address.
         port: the server's port.
         headers: header lines sent with every request (e.g. ``Accept``).
+        ssl_context: what an ``https`` connection verifies the server with
+            (default: the system's CA store, host name checked).
     """
 
-    def __init__(self, scheme: str, host: str, port: int, headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int,
+        headers: dict[str, str],
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.scheme = scheme
         self.host = host
         self.port = port
         fixed = {"Host": f"{host}:{port}", **headers}
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
         self._sock: socket.socket | None = None
+        self._ssl: ssl.SSLContext | None = None
+        if scheme == "https":
+            self._ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
 
     @property
     def connected(self) -> bool:
@@ -61,9 +74,12 @@ class HTTPConnection:
             sock = None
         if sock is None:
             sock = socket.create_connection((self.host, self.port), timeout=timeout)
-            if self.scheme == "https":
-                context = ssl.create_default_context()
-                sock = context.wrap_socket(sock, server_hostname=self.host)
+            if self._ssl is not None:
+                try:
+                    sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+                except BaseException:
+                    sock.close()
+                    raise
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sock = sock
         else:
@@ -86,6 +102,8 @@ class HTTPConnection:
                 is closed, so a late reply is never read as another's).
             PayloadTooBig: the reply is larger than `max_size`.
             ProtocolError: the reply is not HTTP/1.1.
+            TLSError: the server's certificate failed verification, or the
+                server does not speak TLS (never retried: it is not transient).
         """
         payload = body or b""
         head = f"{method} {path} HTTP/1.1\r\n{self._fixed}Content-Length: {len(payload)}\r\n\r\n"
@@ -94,6 +112,9 @@ class HTTPConnection:
             sock = self._fresh(timeout)
             sock.sendall(head.encode("latin-1") + payload)
             reply.read(sock)
+        except ssl.SSLError as exc:
+            self.close()
+            raise tls_error(exc, f"{self.scheme}://{self.host}:{self.port}{path}") from None
         except TimeoutError:
             self.close()
             raise RequestTimeout(
@@ -101,9 +122,11 @@ class HTTPConnection:
             ) from None
         except (OSError, _Closed) as exc:
             self.close()
+            plain = self.scheme == "http" and isinstance(exc, _Closed)
             raise ServerUnavailable(
                 f"HTTP request to {self.scheme}://{self.host}:{self.port}{path} failed "
                 f"({type(exc).__name__}: {exc or 'connection closed'}); is the server running?"
+                + (" (if it serves TLS, use https://)" if plain else "")
             ) from None
         except (PayloadTooBig, ProtocolError):
             self.close()

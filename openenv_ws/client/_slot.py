@@ -14,6 +14,7 @@ import contextlib
 import enum
 import logging
 import selectors
+import ssl
 from typing import Any
 
 from ..errors import InvalidState, OpenEnvError, RemoteEnvError, SessionClosed
@@ -51,6 +52,7 @@ class EnvSlot:
         guard: the call guard shared by the vector client's connections.
         open_timeout: seconds to connect (also for each resume attempt).
         resume_timeout: seconds to keep trying to resume (0: never).
+        ssl_context: what a ``wss://`` connection verifies the server with.
     """
 
     __slots__ = (
@@ -67,6 +69,7 @@ class EnvSlot:
         "resume_timeout",
         "rid",
         "selector",
+        "ssl_context",
         "url",
         "ws",
     )
@@ -81,6 +84,7 @@ class EnvSlot:
         *,
         open_timeout: float | None,
         resume_timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.index = index
         self.url = url
@@ -89,6 +93,7 @@ class EnvSlot:
         self.guard = guard
         self.open_timeout = open_timeout
         self.resume_timeout = resume_timeout
+        self.ssl_context = ssl_context
         self.ws: BlockingWebSocket | None = None
         self.fd = -1  # the descriptor registered with the selector (-1: none)
         self.request = b""  # the request in flight as sent, to re-send after a resume
@@ -113,6 +118,7 @@ class EnvSlot:
             headers=core.headers(),
             max_size=core.max_frame_size,
             guard=self.guard,
+            ssl_context=self.ssl_context,
         )
         try:
             # A resumed session's connection offers the same region again.

@@ -20,7 +20,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import SplitResult, urlsplit
 
-from ..errors import ProtocolError, RequestTimeout, ServerUnavailable, SessionClosed
+from ..errors import (
+    ProtocolError,
+    RequestTimeout,
+    ServerUnavailable,
+    SessionClosed,
+    TLSError,
+)
 from ..protocol import native_wire
 from ..wire.framing import (
     OP_BINARY,
@@ -36,6 +42,7 @@ from ..wire.framing import (
 )
 from ..wire.handshake import check_handshake_answer, handshake_request
 from ._idle import CallGuard
+from ._tls import looks_like_tls, plain_to_tls, tls_error
 
 __all__ = ["NOT_READY", "BlockingWebSocket", "normalize_url"]
 
@@ -104,6 +111,17 @@ class BlockingWebSocket(ConnectionFacts):
         guard: the lock and call count its callers hold and bump around each
             call, so that :func:`~openenv_ws.client._idle.keep_alive` can serve
             the connection between calls (default: a guard of its own).
+        ssl_context: what a ``wss://`` connection verifies the server with
+            (default: the system's CA store, host name checked).
+
+    Over TLS every read goes through the :class:`ssl.SSLSocket` (the C
+    exchange reads the raw descriptor, so it is not used), and bytes the TLS
+    layer has decrypted but not handed out count as :attr:`buffered`.
+
+    Raises:
+        ServerUnavailable: nothing answers at `url`, or not a WebSocket server.
+        TLSError: the TLS handshake failed (the message names the certificate
+            problem), or the server expects TLS on a ``ws://`` URL.
     """
 
     def __init__(
@@ -115,6 +133,7 @@ class BlockingWebSocket(ConnectionFacts):
         max_size: int = 64 << 20,
         busy_poll: float = 0.0,
         guard: CallGuard | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(url, max_size)
         self.busy_poll = busy_poll
@@ -132,7 +151,7 @@ class BlockingWebSocket(ConnectionFacts):
             ) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if secure:
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            sock = _tls_handshake(sock, ssl_context, host, url)
         self._sock = sock
         self._secure = secure
         self._buf = bytearray(_INITIAL_BUFFER)
@@ -163,6 +182,8 @@ class BlockingWebSocket(ConnectionFacts):
             raise ServerUnavailable(
                 f"no WebSocket handshake answer from {self.url} in time"
             ) from None
+        except (ServerUnavailable, TLSError):
+            raise
         except OSError as exc:
             raise ServerUnavailable(f"WebSocket handshake with {self.url} failed: {exc}") from None
         self.response_headers = check_handshake_answer(head, key, self.url)
@@ -178,7 +199,12 @@ class BlockingWebSocket(ConnectionFacts):
                 raise ProtocolError("the handshake answer headers exceed 64 KiB")
             n = self._sock.recv_into(self._view[self._end :])
             if n == 0:
-                raise ServerUnavailable(f"{self.url} closed the connection during the handshake")
+                hint = "" if self._secure else "; if it serves TLS, connect with wss://"
+                raise ServerUnavailable(
+                    f"{self.url} closed the connection during the handshake{hint}"
+                )
+            if not self._secure and self._end == 0 and looks_like_tls(self._view[:n]):
+                raise plain_to_tls(self.url)
             self._end += n
 
     # ------------------------------------------------------------------ I/O
@@ -210,7 +236,7 @@ class BlockingWebSocket(ConnectionFacts):
                 # Non-blocking since recv_nowait: write what fits, wait for the rest.
                 try:
                     sent = self._sock.send(frame)
-                except (BlockingIOError, ssl.SSLWantWriteError):
+                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                     sent = 0
                 if sent == len(frame):
                     return
@@ -294,6 +320,17 @@ class BlockingWebSocket(ConnectionFacts):
         """Read without sleeping for up to ``busy_poll`` seconds; -1 if nothing came."""
         sock, view, end = self._sock, self._view, self._end
         deadline = time.perf_counter() + self.busy_poll
+        if self._secure:  # an SSLSocket takes no flags: non-blocking for the spin
+            sock.settimeout(0.0)
+            try:
+                while True:
+                    try:
+                        return sock.recv_into(view[end:])
+                    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                        if time.perf_counter() > deadline:
+                            return -1
+            finally:
+                sock.settimeout(self._timeout)
         while True:
             try:
                 return sock.recv_into(view[end:], 0, socket.MSG_DONTWAIT)
@@ -304,7 +341,7 @@ class BlockingWebSocket(ConnectionFacts):
     def _read_nowait(self) -> int:
         try:
             return self._sock.recv_into(self._view[self._end :])
-        except (BlockingIOError, ssl.SSLWantReadError):
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             raise _NotReady from None
 
     def _compact(self, need: int) -> None:
@@ -402,8 +439,11 @@ class BlockingWebSocket(ConnectionFacts):
     @property
     def buffered(self) -> int:
         """Bytes read from the socket and not yet consumed as messages (those
-        :meth:`serve_idle` kept included)."""
-        return self._end - self._start + self._unclaimed_size
+        :meth:`serve_idle` kept, and those the TLS layer holds decrypted, included:
+        a wait on the descriptor would not see the latter)."""
+        sock = self._sock
+        held = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        return self._end - self._start + self._unclaimed_size + held
 
     def recv_nowait(self, handler: Callable[[memoryview], T]) -> T | Any:
         """Like :meth:`recv`, but never wait: :data:`NOT_READY` if no whole message is here.
@@ -470,3 +510,27 @@ class BlockingWebSocket(ConnectionFacts):
     def _abort(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.close()
+
+
+def _tls_handshake(
+    sock: socket.socket, context: ssl.SSLContext | None, host: str, url: str
+) -> ssl.SSLSocket:
+    """`sock` wrapped in TLS, the handshake done within the socket's timeout.
+
+    Raises:
+        TLSError: the server's certificate failed verification, or it does not speak TLS.
+        ServerUnavailable: the handshake did not finish in time, or the connection dropped.
+    """
+    if context is None:
+        context = ssl.create_default_context()
+    try:
+        return context.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLError as exc:
+        sock.close()
+        raise tls_error(exc, url) from None
+    except TimeoutError:
+        sock.close()
+        raise ServerUnavailable(f"no TLS handshake answer from {url} in time") from None
+    except OSError as exc:
+        sock.close()
+        raise ServerUnavailable(f"the TLS handshake with {url} failed: {exc}") from None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -13,6 +15,7 @@ from ._aws import AsyncWebSocket
 from ._core import DEFAULT, ClientCore, StepResult
 from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run_async
 from ._session import SessionOps
+from ._tls import secure_transport
 from ._ws import normalize_url
 
 __all__ = ["AsyncEnvClient"]
@@ -45,10 +48,14 @@ class AsyncEnvClient(SessionOps[ObsT]):
         resume_timeout: float = 30.0,
         shared_memory: bool = True,
         indexed_frames: bool | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        allow_insecure_token: bool = False,
         compression: str | Sequence[str] | None = "auto",
         delta: bool = True,
     ) -> None:
         self.url = normalize_url(url)
+        self._ssl = secure_transport([self.url], token, ca_file, ssl_context, allow_insecure_token)
         self.timeout = timeout
         self.open_timeout = open_timeout
         self.resume_timeout = resume_timeout if resume else 0.0
@@ -91,7 +98,10 @@ class AsyncEnvClient(SessionOps[ObsT]):
         try:
             async with asyncio.timeout(open_timeout):
                 ws = await AsyncWebSocket.connect(
-                    self.url, headers=self._core.headers(), max_size=self._core.max_frame_size
+                    self.url,
+                    headers=self._core.headers(),
+                    max_size=self._core.max_frame_size,
+                    ssl_context=self._ssl,
                 )
         except TimeoutError:
             raise ServerUnavailable(

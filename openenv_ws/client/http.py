@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
@@ -28,6 +30,7 @@ from ..protocol import ClientFrame, Result, ServerFrame, Step, encode
 from ._core import ClientCore, StepResult
 from ._http import HTTPConnection
 from ._session import BlockingSession
+from ._tls import secure_transport
 from ._ws import normalize_url
 
 __all__ = ["HTTPEnvClient"]
@@ -88,6 +91,8 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             connection fails before its reply arrives (0: never). The server
             answers a repeated request from its last reply, so a step whose
             reply was lost is applied once.
+        ca_file, ssl_context, allow_insecure_token: TLS for ``https://`` and
+            the token rule, as :class:`~openenv_ws.client.EnvClient` has them.
         compression: compressed observations with the msgpack encoding, as
             :class:`~openenv_ws.client.EnvClient` has them but never as deltas
             (a lost reply would leave the two sides out of step).
@@ -99,6 +104,10 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         ServerUnavailable: nothing answers at `url`.
         RemoteEnvError: the server refused the session (``bad_config``,
             ``capacity``, ...).
+        TLSError: the server's certificate failed verification, or one side
+            speaks TLS and the other does not (never retried).
+        ValueError: a token for a plain-text link to another host (before
+            connecting), or bad TLS options.
     """
 
     def __init__(
@@ -113,6 +122,9 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         max_frame_size: int = 64 << 20,
         encoding: Literal["msgpack", "json"] = "msgpack",
         retry_timeout: float = 30.0,
+        ca_file: str | os.PathLike[str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        allow_insecure_token: bool = False,
         compression: str | Sequence[str] | None = "auto",
     ) -> None:
         if (url is None) == (base_url is None):
@@ -122,6 +134,8 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         if encoding not in ("msgpack", "json"):
             raise ValueError(f"encoding must be 'msgpack' or 'json', got {encoding!r}")
         scheme, host, port, prefix = http_base(address)
+        server = normalize_url(address, path="").replace("ws", "http", 1)
+        tls = secure_transport([server], token, ca_file, ssl_context, allow_insecure_token)
         self.url = f"{scheme}://{host}:{port}{prefix}"
         self.timeout = timeout
         self.encoding = encoding
@@ -136,7 +150,7 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         )
         media = _MSGPACK if encoding == "msgpack" else _JSON
         headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
-        self._conn = HTTPConnection(scheme, host, port, headers)
+        self._conn = HTTPConnection(scheme, host, port, headers, tls)
         self._prefix = prefix
         self._path: str | None = None
         self._closed = False

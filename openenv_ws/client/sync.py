@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -12,6 +14,7 @@ from ._core import ClientCore
 from ._idle import CallGuard, keep_alive, read_last_words
 from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run
 from ._session import BlockingSession
+from ._tls import secure_transport
 from ._ws import BlockingWebSocket, normalize_url
 
 __all__ = ["EnvClient"]
@@ -29,8 +32,8 @@ class EnvClient(BlockingSession[ObsT]):
             result = env.step(1)
 
     Args:
-        url: the server (``ws://host:port``, ``http://host:port`` or ``host:port``;
-            the path defaults to ``/ws``).
+        url: the server (``ws://host:port``, ``wss://`` for TLS, ``http(s)://host:port``
+            or ``host:port``; the path defaults to ``/ws``).
         config: the environment configuration sent in ``open``.
         token: bearer token, if the server requires one (default: the
             ``OPENENV_WS_TOKEN`` environment variable).
@@ -53,6 +56,12 @@ class EnvClient(BlockingSession[ObsT]):
             byte per pixel instead of three, which this client expands (SPEC
             section 18); the observations are the same arrays. None (default):
             when the C expander is built (``openenv_ws.palette.NATIVE``).
+        ca_file: for ``wss://``: a PEM bundle of the CA certificates to trust
+            instead of the system's (the server's certificate is always verified).
+        ssl_context: for ``wss://``: an :class:`ssl.SSLContext` used as it is
+            (not with `ca_file`).
+        allow_insecure_token: send the token over plain ``ws://`` to a host
+            other than this one (refused by default: anyone on the path reads it).
         compression: compress observations sent over the network (SPEC
             section 19): ``"auto"`` (default) offers every codec this install
             has (zstd, lz4) when the server is not on a loopback address,
@@ -73,6 +82,10 @@ class EnvClient(BlockingSession[ObsT]):
         ServerUnavailable: nothing answers at `url`.
         AuthError: the server refused the token.
         RemoteEnvError: the server refused the configuration (code ``bad_config``).
+        TLSError: the server's certificate failed verification (the message
+            names the problem), or one side speaks TLS and the other does not.
+        ValueError: a token for a plain-text link to another host (before
+            connecting), or bad TLS options.
     """
 
     def __init__(
@@ -89,10 +102,14 @@ class EnvClient(BlockingSession[ObsT]):
         resume_timeout: float = 30.0,
         shared_memory: bool = True,
         indexed_frames: bool | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        allow_insecure_token: bool = False,
         compression: str | Sequence[str] | None = "auto",
         delta: bool = True,
     ) -> None:
         self.url = normalize_url(url)
+        self._ssl = secure_transport([self.url], token, ca_file, ssl_context, allow_insecure_token)
         self.timeout = timeout
         self.open_timeout = open_timeout
         self.busy_poll = busy_poll
@@ -137,6 +154,7 @@ class EnvClient(BlockingSession[ObsT]):
             max_size=self._core.max_frame_size,
             busy_poll=self.busy_poll,
             guard=self._guard,
+            ssl_context=self._ssl,
         )
         self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
         return ws

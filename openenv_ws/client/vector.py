@@ -24,7 +24,9 @@ Autoreset follows Gymnasium's vector environments (``gymnasium.vector.AutoresetM
 from __future__ import annotations
 
 import contextlib
+import os
 import selectors
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,6 +40,7 @@ from ._batch import Arrival, Batcher, StepBatch, seeds_for
 from ._core import DEFAULT, ClientCore
 from ._idle import CallGuard, keep_alive
 from ._slot import EnvSlot, Pending
+from ._tls import secure_transport
 from ._ws import NOT_READY, normalize_url
 
 __all__ = ["AUTORESET_MODES", "VectorEnvClient"]
@@ -91,6 +94,7 @@ class VectorEnvClient:
             session is given up (its next result raises ``SessionClosed``).
         indexed_frames: ask for RGB frames as palette indices, expanded by
             this client (see :class:`~openenv_ws.client.EnvClient`).
+        ca_file, ssl_context, allow_insecure_token: as :class:`~openenv_ws.client.EnvClient`.
         compression, delta: compressed observations, per env (see
             :class:`~openenv_ws.client.EnvClient`).
 
@@ -118,12 +122,14 @@ class VectorEnvClient:
         resume: bool = True,
         resume_timeout: float = 30.0,
         indexed_frames: bool | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        allow_insecure_token: bool = False,
         compression: str | Sequence[str] | None = "auto",
         delta: bool = True,
     ) -> None:
-        url_list = (
-            [normalize_url(urls)] if isinstance(urls, str) else list(map(normalize_url, urls))
-        )
+        url_list = [normalize_url(u) for u in ([urls] if isinstance(urls, str) else urls)]
+        tls = secure_transport(url_list, token, ca_file, ssl_context, allow_insecure_token)
         if not url_list:
             raise ValueError("urls is empty; pass at least one server URL")
         if configs is not None:
@@ -172,6 +178,7 @@ class VectorEnvClient:
                     self._guard,
                     open_timeout=open_timeout,
                     resume_timeout=self.resume_timeout,
+                    ssl_context=tls,
                 )
             )
         # Replies read but not yet handed out by recv(), in arrival order.
@@ -463,7 +470,7 @@ class VectorEnvClient:
         self, done: Callable[[], bool], deadline: float | None, *, raise_errors: bool
     ) -> None:
         """Read replies into the inbox until ``done()``; raise failures as they come if asked."""
-        check = self._check_errors if raise_errors else _nothing
+        check = self._check_errors if raise_errors else lambda: None
         check()
         # Bytes already buffered need no system call; drain them first.
         for slot in self._slots:
@@ -478,9 +485,7 @@ class VectorEnvClient:
                     "the env results did not arrive in time; they may still arrive and "
                     "will be returned by a later recv()"
                 )
-            ready = self._spin() if self.busy_poll else None
-            if not ready:
-                ready = select(left)
+            ready = (self._spin() if self.busy_poll else None) or select(left)
             for key, _ in ready:
                 self._read(key.data)
         check()
@@ -559,19 +564,15 @@ class VectorEnvClient:
                         slot.ws.send(encode(slot.core.close_frame()))
             for slot in self._slots:
                 slot.close(timeout=2.0)
+                slot.core.release()
         self._selector.close()
-        self._release()
 
     def _abort(self) -> None:
         self.closed = True
         for slot in self._slots:
             slot.close(timeout=0.5)
-        self._selector.close()
-        self._release()
-
-    def _release(self) -> None:
-        for slot in self._slots:
             slot.core.release()
+        self._selector.close()
 
     def __enter__(self) -> VectorEnvClient:
         return self
@@ -587,10 +588,6 @@ class VectorEnvClient:
         hosts = sorted(set(getattr(self, "urls", ())))
         mode = getattr(self, "autoreset_mode", None)
         return f"VectorEnvClient(num_envs={getattr(self, 'num_envs', 0)}, urls={hosts}, autoreset={mode!r})"
-
-
-def _nothing() -> None:
-    pass
 
 
 def _left(deadline: float | None) -> float | None:

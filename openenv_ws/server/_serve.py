@@ -10,7 +10,9 @@ on 100 KB frames and saves nothing).
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
+import ssl
 import threading
 from typing import Any
 
@@ -26,7 +28,7 @@ from ._guard import (
 )
 from .drain import DrainingServer
 
-__all__ = ["ServerThread", "bind_socket", "uvicorn_config"]
+__all__ = ["ServerThread", "bind_socket", "tls_problem", "uvicorn_config"]
 
 
 def _loop_name() -> str:
@@ -86,6 +88,51 @@ def uvicorn_config(
     )
 
 
+def tls_problem(
+    certfile: str | os.PathLike[str] | None,
+    keyfile: str | os.PathLike[str] | None,
+    password: str | None = None,
+) -> str | None:
+    """Why the server cannot serve TLS with these PEM files (one line), or None.
+
+    Loads them as uvicorn will, but never lets OpenSSL ask for a password on
+    the terminal: an encrypted key without `password` is a problem.
+    """
+    if certfile is None:
+        return None if keyfile is None else "--keyfile needs --certfile (the certificate)"
+    texts = {}
+    for flag, path in (("--certfile", certfile), ("--keyfile", keyfile)):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as file:
+                texts[flag] = file.read()
+        except OSError as exc:
+            return f"{flag} {os.fspath(path)}: {exc.strerror or exc}"
+    key_flag = "--keyfile" if keyfile is not None else "--certfile"
+    key = texts[key_flag]
+    if b"-----BEGIN CERTIFICATE-----" not in texts["--certfile"]:
+        return f"--certfile {os.fspath(certfile)} holds no PEM certificate"
+    if b"PRIVATE KEY-----" not in key:
+        where = os.fspath(keyfile or certfile)
+        return f"{key_flag} {where} holds no PEM private key" + (
+            "; give the key with --keyfile" if keyfile is None else ""
+        )
+    encrypted = b"ENCRYPTED" in key
+    if encrypted and not password:
+        return "the private key is encrypted; give its password with --keyfile-password"
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(certfile, keyfile, lambda: (password or "").encode())
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            return f"the key in {os.fspath(keyfile or certfile)} does not match the certificate"
+        if encrypted:
+            return "--keyfile-password does not decrypt the private key"
+        return f"cannot load the TLS certificate and key ({exc.reason or exc})"
+    return None
+
+
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     """A listening TCP socket; with port 0 the OS picks a free port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -109,6 +156,8 @@ class ServerThread:
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, **config: Any) -> None:
         self._sock = bind_socket(host, port)
         self.host = host
+        #: Whether the server speaks TLS (``ssl_certfile`` given): its URLs are wss/https.
+        self.secure = bool(config.get("ssl_certfile"))
         self.port: int = self._sock.getsockname()[1]
         # Stopping drains like SIGTERM does: sessions get ``shutting_down`` and 1001.
         self.server: uvicorn.Server = DrainingServer(
@@ -121,12 +170,13 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        """The server's ws:// URL (the session endpoint)."""
-        return f"ws://{self.host}:{self.port}/ws"
+        """The server's ws:// (wss:// with TLS) URL: the session endpoint."""
+        return f"{'wss' if self.secure else 'ws'}://{self.host}:{self.port}/ws"
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """The server's http:// (https:// with TLS) base URL."""
+        return f"{'https' if self.secure else 'http'}://{self.host}:{self.port}"
 
     def _run(self) -> None:
         try:
