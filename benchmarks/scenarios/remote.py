@@ -303,8 +303,8 @@ def _one_link(
     contenders: list[Contender],
 ) -> list[dict[str, Any]]:
     """The rows of one game on one link; rounds go over every contender in turn, so that
-    the machine's drift reaches them alike, and each keeps its round with the lowest median
-    (other load only ever adds time)."""
+    the machine's drift reaches them alike, and each keeps its fastest round (other load
+    only ever adds time)."""
     base = {"game": work.game, "link": label}
     plays: dict[str, Callable[[Meter], np.ndarray[Any, Any]]] = {
         "in-process": lambda meter: inprocess_steps(work)
@@ -326,7 +326,7 @@ def _one_link(
             ctx.progress.phase(f"{path} {work.game} [{label}] {i + 1}/{rounds}")
             meter = Meter(link)
             samples = play(meter)
-            if path not in best or np.median(samples) < np.median(best[path][0]):
+            if path not in best or samples.sum() < best[path][0].sum():
                 best[path] = samples, meter
     ref = latency_row(best["in-process"][0])["steps_per_s"]
     for path, (samples, meter) in best.items():
@@ -358,7 +358,7 @@ def _notes(
         f"Placement {placement.describe()}.",
         "Games RGB, frameskip 4, repeat_action_probability 0.25, random actions (the same "
         "seed and sequence for every row); in-process is AtariEnvironment in the client's "
-        "process. Each row keeps its round of --rounds with the lowest median; a round goes "
+        "process. Each row keeps its fastest round of --rounds (most steps/s); a round goes "
         "over in-process and every openenv-ws row in turn. The client is EnvClient with its "
         "defaults (colour codes; no shared memory, the server not being on a loopback "
         "address) plus the row's options; raw: compression=None.",
