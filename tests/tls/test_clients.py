@@ -84,12 +84,20 @@ def test_vector_client_plays_over_wss(tls_server: ServerThread, pki: Pki) -> Non
 
 
 @pytest.mark.parametrize("encoding", ["msgpack", "json"])
-def test_http_client_plays_over_https(tls_server: ServerThread, pki: Pki, encoding: Any) -> None:
+def test_http_client_plays_over_https(
+    tls_server: ServerThread, pki: Pki, encoding: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert tls_server.http_url.startswith("https://")
+    made: list[object] = []
+    connect = socket.create_connection
+    monkeypatch.setattr(
+        socket, "create_connection", lambda *a, **k: made.append(a) or connect(*a, **k)
+    )
     with HTTPEnvClient(
         tls_server.http_url, config=CONFIG, ca_file=pki.ca_file, encoding=encoding
     ) as env:
         assert_frames(play(env), expected())
+    assert len(made) == 1  # one kept-alive TLS connection for the whole session
 
 
 def test_shared_memory_still_works_over_tls_on_loopback(tls_server: ServerThread, pki: Pki) -> None:
