@@ -274,3 +274,18 @@ def test_tls_options_are_checked_before_connecting(pki: Pki, tmp_path: Path) -> 
         EnvClient("ws://127.0.0.1:9/ws", ca_file=pki.ca_file)
     with pytest.raises(ValueError, match="no server URL uses TLS"):
         HTTPEnvClient("http://127.0.0.1:9", ssl_context=pki.context())
+
+
+def test_typed_and_gymnasium_clients_pass_the_tls_options_on(
+    tls_atari_server: ServerThread, pki: Pki, pong_frames: list[Any]
+) -> None:
+    from atari import AtariEnv
+    from openenv_ws.gym import RemoteEnv
+
+    options = {k: v for k, v in PONG.items() if k != "game"}
+    with AtariEnv(tls_atari_server.url, game="pong", ca_file=pki.ca_file, **options) as env:
+        first = env.reset(seed=5).observation
+        np.testing.assert_array_equal(first.screen, pong_frames[0])
+    with RemoteEnv(tls_atari_server.url, config=PONG, ca_file=pki.ca_file) as remote:
+        obs, _ = remote.reset(seed=5)
+        np.testing.assert_array_equal(obs, pong_frames[0])
