@@ -4,8 +4,10 @@ and the URL, raised at once (not retried as if the server were merely away)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -158,3 +160,26 @@ def test_tls_client_against_a_plain_port_fails_fast(
     message = str(info.value)
     assert "does not answer in TLS (wrong version number)" in message, message
     assert f"127.0.0.1:{fake_server.port}" in message
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_a_plain_client_answered_with_a_tls_alert_is_told_to_use_wss(client: str) -> None:
+    # Some TLS servers answer a plain request with an alert record instead of closing.
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10 * UNIT)
+
+    def answer() -> None:
+        with contextlib.suppress(OSError), listener.accept()[0] as conn:
+            conn.recv(4096)
+            conn.sendall(b"\x15\x03\x03\x00\x02\x02\x46")  # alert: protocol_version
+            conn.recv(4096)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    url = f"ws://127.0.0.1:{listener.getsockname()[1]}/ws"
+    try:
+        with pytest.raises(TLSError, match="expects TLS; connect to wss://127"):
+            CLIENTS[client](url)
+    finally:
+        thread.join(10 * UNIT)
+        listener.close()
