@@ -9,6 +9,7 @@ on 100 KB frames and saves nothing).
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import socket
@@ -33,6 +34,35 @@ __all__ = ["ServerThread", "bind_socket", "tls_problem", "uvicorn_config"]
 
 def _loop_name() -> str:
     return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+
+
+def _loop(tls_handshake_timeout: float | None) -> Any:
+    """uvicorn's ``loop``: uvloop or asyncio, and with TLS (`tls_handshake_timeout`
+    not None) a loop whose TLS servers give a handshake that long.
+
+    The loop itself completes TLS handshakes, before any protocol (the
+    connection guard's included) sees the connection, and by default gives
+    each 60 s: a peer that opens connections and never finishes the handshake
+    would hold them that long, outside the guard's bounds.
+    """
+    name = _loop_name()
+    if tls_handshake_timeout is None:
+        return name
+    base: type[asyncio.AbstractEventLoop]
+    if name == "uvloop":
+        import uvloop
+
+        base = uvloop.Loop
+    else:
+        base = asyncio.SelectorEventLoop
+
+    class TLSLoop(base):  # type: ignore[valid-type,misc]
+        async def create_server(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("ssl") is not None:
+                kwargs.setdefault("ssl_handshake_timeout", tls_handshake_timeout)
+            return await super().create_server(*args, **kwargs)
+
+    return TLSLoop
 
 
 def uvicorn_config(
@@ -61,7 +91,8 @@ def uvicorn_config(
     peer may send per second before it is closed with 1008 (None: no limit).
     `max_connections`, `max_connections_per_peer`, `handshake_timeout`: the
     connection limits of :class:`~openenv_ws.server._guard.ConnectionGuard`
-    (None: no such limit).
+    (None: no such limit); with TLS (``ssl_certfile`` in `extra`),
+    `handshake_timeout` bounds the TLS handshake too.
     """
     guard = ConnectionGuard(
         max_connections=max_connections,
@@ -76,7 +107,8 @@ def uvicorn_config(
         ws=protocol_class(
             busy_poll=busy_poll, write_timeout=write_timeout, control_rate=control_rate
         ),
-        loop=_loop_name(),
+        # A factory, not a name, with TLS (uvicorn takes either).
+        loop=_loop(handshake_timeout if extra.get("ssl_certfile") else None),
         ws_per_message_deflate=False,
         ws_max_size=max_frame_size,
         ws_ping_interval=ping_interval,

@@ -18,7 +18,7 @@ from openenv_ws.server import ServerThread
 
 from ..conftest import UNIT
 from ..reliability.conftest import wait_until
-from .conftest import Pki
+from .conftest import Pki, tls_thread
 
 
 class Neighbour:
@@ -146,3 +146,16 @@ def test_a_client_that_drops_mid_handshake_leaves_the_server_healthy(
         tls.close()
     neighbour.check()
     healthy(tls_server, pki)
+
+
+@pytest.mark.parametrize(
+    "first_bytes", [b"", b"\x16\x03\x01\x02\x00\x01"], ids=["silent", "partial"]
+)
+def test_the_server_ends_a_tls_handshake_that_does_not_finish(pki: Pki, first_bytes: bytes) -> None:
+    # The loop's own default would hold it for 60 s, unseen by the connection guard;
+    # the server's --handshake-timeout bounds it instead.
+    with tls_thread(pki.server, handshake_timeout=0.5 * UNIT) as server:
+        sock = socket.create_connection((server.host, server.port), timeout=20 * UNIT)
+        with contextlib.closing(sock):
+            sock.sendall(first_bytes)
+            assert closed_by_server(sock)  # EOF or reset, long before 60 s
