@@ -24,7 +24,7 @@ from .. import netns
 from ..measure import Placement, Workload, inprocess_steps, latency_row
 from ..servers import PeerServer, PeerUnavailable, serve_supports, supports_pool
 from ..suite import Column, Context, Section, scenario
-from .latency import sync_steps
+from .latency import BUSY_POLL, polling_pays, sync_steps
 from .peer_openenv import PEER_MODULE, peer_env, peer_ws_steps
 
 __all__ = ["LINKS", "Meter"]
@@ -102,11 +102,11 @@ def _mode(client: Any) -> str:
     return getattr(client, "compression", None) or "none"
 
 
-#: (path, EnvClient options, server: "plain" or "tls", what it waits for or None).
+#: (path, EnvClient options, server: "plain", "tls" or "poll", what it waits for or None).
 Contender = tuple[str, dict[str, Any], str, str | None]
 
 
-def _contenders() -> list[Contender]:
+def _contenders(placement: Placement) -> list[Contender]:
     params = inspect.signature(EnvClient.__init__).parameters
     compress = "compression" in params and "delta" in params
     no_compress = None if compress else "EnvClient has no compression/delta arguments yet"
@@ -123,6 +123,9 @@ def _contenders() -> list[Contender]:
             path = f"openenv-ws {codec}{', delta' if delta else ''}"
             rows.append((path, {"compression": codec, "delta": delta}, "plain", no_compress))
     rows.append(("openenv-ws TLS, default options", {}, "tls", tls))
+    if polling_pays(placement):  # each side on a core of its own
+        path = "openenv-ws default, both busy-polling"
+        rows.append((path, {"busy_poll": BUSY_POLL}, "poll", no_compress))
     return rows
 
 
@@ -228,8 +231,8 @@ def run(ctx: Context) -> Section:
         section.status, section.reason = "skipped", why
         return section
     stale = netns.clean_stale()
-    contenders = _contenders()
     placement = ctx.placements()[0]
+    contenders = _contenders(placement)
     per_link = max(1, ctx.options.rounds) * (len(contenders) + 1) + 1
     ctx.progress.start(section.title, len(GAMES) * len(LINKS) * per_link)
     rates: dict[str, float] = {}
@@ -270,6 +273,9 @@ def _start_servers(
             tls = stack.enter_context(_server(link, placement, args, ca_file=ca))
             urls["tls"] = f"wss://{link.ns_ip}:{tls.port}/ws"
             urls["ca_file"] = ca
+    if any(kind == "poll" and wait is None for _, _, kind, wait in contenders):
+        poll = stack.enter_context(_server(link, placement, ["--busy-poll", str(BUSY_POLL)]))
+        urls["poll"] = f"ws://{link.ns_ip}:{poll.port}/ws"
     return urls
 
 
@@ -361,7 +367,10 @@ def _notes(
         "process. Each row keeps its fastest round of --rounds (most steps/s); a round goes "
         "over in-process and every openenv-ws row in turn. The client is EnvClient with its "
         "defaults (colour codes; no shared memory, the server not being on a loopback "
-        "address) plus the row's options; raw: compression=None.",
+        "address) plus the row's options; raw: compression=None. Both busy-polling (split "
+        f"placement only): the client with busy_poll={BUSY_POLL} against a server started "
+        f"with --busy-poll {BUSY_POLL}: each polls its socket for {BUSY_POLL * 1e3:g} ms "
+        "after a message instead of sleeping, keeping its core busy.",
         "bytes/step: the veth counters of the client's end (Ethernet frames, both directions, "
         "TCP acknowledgements included) around the timed steps only, over the steps.",
         "OpenEnv WS: benchmarks/peers/openenv_atari.py on openenv-core's server and its own "

@@ -257,7 +257,8 @@ def test_remote(tmp_path: Path) -> None:
     from openenv_ws.client import EnvClient
 
     needs_netns()
-    args = ("--steps", "20", "--peer-steps", "5", "--placement", "shared")
+    needs_two_cores()  # split placement: the busy-polling row needs a core per side
+    args = ("--steps", "20", "--peer-steps", "5", "--placement", "split")
     section = bench(tmp_path, "remote", *args)
     params = inspect.signature(EnvClient.__init__).parameters
     compression = "compression" in params and "delta" in params
@@ -269,6 +270,7 @@ def test_remote(tmp_path: Path) -> None:
         "openenv-ws zstd": compression,
         "openenv-ws zstd, delta": compression,
         "openenv-ws TLS, default options": tls,
+        "openenv-ws default, both busy-polling": compression,
     }
     always = ["in-process", "openenv-ws raw", "OpenEnv WS (its server and client)"]
     blocks = {(row["game"], row["link"]) for row in section["rows"]}
