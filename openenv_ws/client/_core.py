@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from .. import palette as palette_mod
+from .._hosts import is_loopback
 from .._shm import EXT_SHARED, ClientRegion, readonly_copy, shared_memory_supported
 from .._shm import HEADER as SHM_HEADER
 from ..environment import ArraySpec, EnvSpec
@@ -62,13 +63,11 @@ TOKEN_ENV = "OPENENV_WS_TOKEN"
 # Fatal errors the server sends on its own (id nil): the session ends, no request failed.
 logger = logging.getLogger("openenv_ws.client")
 _SESSION_ENDINGS = frozenset({"idle_timeout", "shutting_down"})
-_LOOPBACK_HOSTS = frozenset({"localhost", "::1", "ip6-localhost"})
 
 
-def is_loopback(url: str) -> bool:
+def on_this_host(url: str) -> bool:
     """Whether `url` names this host by a loopback name or address."""
-    host = (urlsplit(url).hostname or "").lower()
-    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+    return is_loopback(urlsplit(url).hostname)
 
 
 def compression_offer(url: str, compression: str | Sequence[str] | None) -> list[str]:
@@ -84,7 +83,7 @@ def compression_offer(url: str, compression: str | Sequence[str] | None) -> list
     if compression is None or compression == "none":
         return []
     if compression == "auto":
-        return [] if is_loopback(url) else list(available_codecs())
+        return [] if on_this_host(url) else list(available_codecs())
     names = [compression] if isinstance(compression, str) else list(compression)
     have = available_codecs()
     for name in names:
@@ -205,7 +204,7 @@ class ClientCore:
         """
         if not wanted or self.shared is not None or not shared_memory_supported():
             return
-        if not is_loopback(url):
+        if not on_this_host(url):
             return
         try:
             self.shared = ClientRegion()

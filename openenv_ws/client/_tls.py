@@ -9,19 +9,18 @@ Nothing here ever falls back to an unverified connection.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import ssl
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from .._hosts import is_loopback
 from ..errors import ServerUnavailable, TLSError
 from ._core import TOKEN_ENV
 
 __all__ = [
     "check_token",
     "client_context",
-    "is_loopback",
     "is_secure",
     "looks_like_tls",
     "plain_to_tls",
@@ -35,21 +34,6 @@ _SECURE_SCHEMES = frozenset({"wss", "https"})
 def is_secure(url: str) -> bool:
     """Whether `url` asks for TLS (``wss://`` or ``https://``)."""
     return urlsplit(url).scheme in _SECURE_SCHEMES
-
-
-def is_loopback(host: str | None) -> bool:
-    """Whether `host` names this machine's loopback: ``localhost``, 127.0.0.0/8, ``::1``."""
-    if not host:
-        return False
-    name = host.strip("[]").rstrip(".").lower()
-    if name in ("localhost", "ip6-localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def client_context(

@@ -49,6 +49,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._hosts import is_loopback
 from ._asgi import ASGIApp, Receive, Scope, Send
 
 __all__ = [
@@ -61,7 +62,6 @@ __all__ = [
     "TokenAuth",
     "exposure_warning",
     "host_name",
-    "is_loopback",
     "is_wildcard",
     "served_hosts",
     "token_matches",
@@ -91,16 +91,6 @@ def token_matches(expected: str, given: str | bytes | None) -> bool:
     if isinstance(given, str):
         given = given.encode("utf-8", "surrogateescape")
     return hmac.compare_digest(expected.encode("utf-8"), given)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding `host` only exposes the server to this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def is_wildcard(host: str) -> bool:

@@ -41,6 +41,7 @@ from openenv_ws.protocol import (
     encode_result,
     encode_step,
 )
+from openenv_ws.wire.compress import ObsPacker
 from openenv_ws.wire.encode import layout
 
 from .test_async_websocket import accept, frame
@@ -87,11 +88,16 @@ def _infos(width: int) -> st.SearchStrategy[dict[str, Any]]:
 def results(draw: st.DrawFn) -> bytes:
     """A result payload in the canonical layout, with every width of every field."""
     rid = draw(st.integers(0, protocol.MAX_ID))
-    kind = draw(st.sampled_from(["nil", "inline", "shared"]))
+    kind = draw(st.sampled_from(["nil", "inline", "shared", "compressed"]))
     if kind == "nil":
         obs: Any = None
     elif kind == "inline":
         obs = np.frombuffer(draw(st.binary(max_size=70_000)), np.uint8)
+    elif kind == "compressed":
+        codec = draw(st.sampled_from(["zstd", "lz4"]))
+        obs = ObsPacker(codec, False).pack(
+            np.frombuffer(draw(st.binary(max_size=70_000)), np.uint8)
+        )
     else:
         obs = SharedArray(
             draw(st.integers(4096, 2**40)),
@@ -140,7 +146,7 @@ def _canonical(info: Any = None, reward: float = 1.5) -> bytes:
         ("keys in another order", msgpack.packb({"id": 7, "op": "result"})),
         ("an error frame", encode(protocol.Error(id=7, code="internal", message="x", fatal=False))),
         ("a state frame", encode(StateReply(id=7, state={"step_count": 1}))),
-        ("ext type 3", _canonical().replace(b"\xa3obs\xc0", b"\xa3obs\xd4\x03\x00")),
+        ("ext type 4", _canonical().replace(b"\xa3obs\xc0", b"\xa3obs\xd4\x04\x00")),
         ("an info key that is not UTF-8", _canonical({"a": 1}).replace(b"\xa1a", b"\xa1\xff")),
         ("an integer reward", _canonical().replace(b"\xcb" + struct.pack(">d", 1.5), b"\x01")),
     ],

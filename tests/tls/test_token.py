@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from openenv_ws._hosts import is_loopback
 from openenv_ws.client import AsyncEnvClient, EnvClient, HTTPEnvClient, VectorEnvClient
-from openenv_ws.client._tls import check_token, is_loopback, secure_transport
+from openenv_ws.client._tls import check_token, secure_transport
 from openenv_ws.server import ServerThread, create_app
 from openenv_ws.testing import fake_factory
 
