@@ -9,7 +9,12 @@ Existing RL code runs unchanged against a server::
     env = gymnasium.wrappers.AtariPreprocessing(env)      # needs frameskip=1 on the server
 
     envs = RemoteVectorEnv("ws://127.0.0.1:8000", 16, config={"game": "pong"})
+    envs = gymnasium.make_vec("openenv_ws/Remote-v0", 16, url="ws://...", config={...})  # the same
     obs, infos = envs.reset(seed=0)
+
+The id exists once this module is imported. Gymnasium 1.x loads no plugin
+entry points, so without an import spell it ``"openenv_ws.gym:openenv_ws/Remote-v0"``:
+Gymnasium imports the module before looking the id up.
 
 Spaces come from the session spec: a discrete action spec becomes
 ``Discrete(n)``, an array spec a ``Box`` with its shape, dtype and bounds.
@@ -23,6 +28,7 @@ Requires ``gymnasium`` (``pip install 'openenv-ws[gym]'``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, SupportsFloat
 
@@ -33,6 +39,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from .client._batch import stack_infos
 from .client.sync import EnvClient
 from .client.vector import VectorEnvClient
 from .environment import ArraySpec, DiscreteSpec, EnvSpec
@@ -46,6 +53,8 @@ _AUTORESET_MODES = {
     "same_step": AutoresetMode.SAME_STEP,
     "disabled": AutoresetMode.DISABLED,
 }
+
+_NOT_RGB = "render_mode='rgb_array' needs RGB image observations; this session sends {}"
 
 #: Registered Gymnasium id: ``gymnasium.make(ENV_ID, url=..., config=...)`` makes a :class:`RemoteEnv`.
 ENV_ID = "openenv_ws/Remote-v0"
@@ -141,20 +150,11 @@ class RemoteEnv(gymnasium.Env[np.ndarray, Any]):
         self.spec_extra: Mapping[str, Any] = spec.extra
         self.action_space = space_from_spec(spec.action)
         self.observation_space = space_from_spec(spec.observation)
-        obs_spec = spec.observation
-        is_rgb = (
-            isinstance(obs_spec, ArraySpec)
-            and len(obs_spec.shape) == 3
-            and obs_spec.shape[-1] == 3
-            and obs_spec.dtype == "uint8"
-        )
+        is_rgb = _is_rgb(spec.observation)
         self.metadata = {**self.metadata, "render_modes": ["rgb_array"] if is_rgb else []}
         if render_mode is not None and not is_rgb:
             self.client.close()
-            raise EnvConfigError(
-                f"render_mode='rgb_array' needs RGB image observations; this session sends "
-                f"{obs_spec.dtype} arrays of shape {obs_spec.shape}"
-            )
+            raise EnvConfigError(_NOT_RGB.format(spec.observation))
         self._last_obs: np.ndarray[Any, Any] | None = None
         self._last_info: dict[str, Any] = {}
         if spec.extra.get("env") == "atari":
@@ -212,6 +212,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         autoreset_mode: a ``gymnasium.vector.AutoresetMode`` or its value
             (``"next_step"``, the default; ``"same_step"``; ``"disabled"``, then
             reset ended envs with ``reset(options={"reset_mask": mask})``).
+        render_mode: None or ``"rgb_array"`` (each env's last observation, for
+            RGB image observations).
         **client_kwargs: passed to :class:`VectorEnvClient` (``token``,
             ``timeout``, ``busy_poll``, ``copy``, ...).
 
@@ -227,8 +229,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         config: Mapping[str, Any] | None = None,
         configs: Sequence[Mapping[str, Any]] | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        render_mode: str | None = None,
         **client_kwargs: Any,
     ) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.client = VectorEnvClient(
             urls,
             num_envs,
@@ -237,13 +242,32 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             autoreset_mode=autoreset_mode,
             **client_kwargs,
         )
-        self.metadata = {"autoreset_mode": _AUTORESET_MODES[self.client.autoreset_mode]}
         self.num_envs = self.client.num_envs
         spec = self.client.spec
+        is_rgb = _is_rgb(spec.observation)
+        mode = _AUTORESET_MODES[self.client.autoreset_mode]
+        self.metadata = {"render_modes": ["rgb_array"] if is_rgb else [], "autoreset_mode": mode}
+        self.render_mode = render_mode
+        if render_mode is not None and not is_rgb:
+            self.client.close()
+            raise EnvConfigError(_NOT_RGB.format(spec.observation))
+        self._last_obs: np.ndarray[Any, Any] | None = None
         self.single_action_space = space_from_spec(spec.action)
         self.single_observation_space = space_from_spec(spec.observation)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        # What gymnasium.make_vec(ENV_ID, ...) records (it sets its own when it makes the env);
+        # gymnasium.make_vec(envs.spec) makes the same sessions again. The token stays out.
+        self.spec = copy.copy(gymnasium.spec(ENV_ID))
+        given = {"config": config, "configs": configs, "render_mode": render_mode}
+        self.spec.kwargs = {
+            "url": urls,
+            **{k: v for k, v in given.items() if v is not None},
+            "autoreset_mode": mode.value,
+            **{k: v for k, v in client_kwargs.items() if k != "token"},
+            "num_envs": self.num_envs,
+            "vectorization_mode": "vector_entry_point",
+        }
 
     def reset(
         self,
@@ -259,7 +283,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         env_ids = None if mask is None else np.flatnonzero(np.asarray(mask, np.bool_))
         if env_ids is not None and isinstance(seed, list) and len(seed) == self.num_envs:
             seed = [seed[i] for i in env_ids]
-        return self.client.reset(seed=seed, options=rest, env_ids=env_ids)
+        obs, infos = self.client.reset(seed=seed, options=rest, env_ids=env_ids)
+        self._last_obs = obs
+        return obs, infos
 
     def step(
         self, actions: np.ndarray[Any, Any]
@@ -270,12 +296,62 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         np.ndarray[Any, Any],
         dict[str, Any],
     ]:
-        """Step every env; the result arrays have one row per env."""
-        return self.client.step(actions)
+        """Step every env; the result arrays have one row per env.
+
+        In same-step autoreset mode ``infos["final_obs"]`` is an object array
+        (None for envs that did not end) and ``infos["final_info"]`` a dict of
+        arrays with ``_key`` masks, as Gymnasium's own vector envs give them.
+
+        Raises:
+            ValueError: ``actions`` does not have shape ``(num_envs, ...)``.
+        """
+        obs, rewards, terminations, truncations, infos = self.client.step(actions)
+        final = infos.get("final_info")
+        if final is not None:
+            infos["final_info"] = stack_infos(list(final))
+        self._last_obs = obs
+        return obs, rewards, terminations, truncations, infos
+
+    def render(self) -> tuple[np.ndarray[Any, Any], ...] | None:
+        """The last observation of each env when ``render_mode="rgb_array"`` (RGB sessions)."""
+        if self.render_mode != "rgb_array" or self._last_obs is None:
+            return None
+        return tuple(np.array(frame) for frame in self._last_obs)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.client.close()
 
 
+def _vector_entry_point(
+    num_envs: int = 1, url: str | Sequence[str] | None = None, **kwargs: Any
+) -> RemoteVectorEnv:
+    """What ``gymnasium.make_vec(ENV_ID, num_envs, url=..., ...)`` calls (its kwargs are make's)."""
+    if url is None:
+        raise ValueError(
+            f"gymnasium.make_vec({ENV_ID!r}) needs url= (one server URL or a list); to start "
+            "local servers, run `openenv-ws serve` and pass its URL"
+        )
+    if "max_episode_steps" in kwargs:
+        raise ValueError(
+            "max_episode_steps is a session setting here: pass config={'max_episode_steps': N} "
+            "(the server ends episodes with truncated=True)"
+        )
+    return RemoteVectorEnv(url, num_envs, **kwargs)
+
+
+def _is_rgb(spec: DiscreteSpec | ArraySpec) -> bool:
+    return (
+        isinstance(spec, ArraySpec)
+        and len(spec.shape) == 3
+        and spec.shape[-1] == 3
+        and spec.dtype == "uint8"
+    )
+
+
 if ENV_ID not in gymnasium.registry:
-    gymnasium.register(id=ENV_ID, entry_point=RemoteEnv, disable_env_checker=True)
+    gymnasium.register(
+        id=ENV_ID,
+        entry_point="openenv_ws.gym:RemoteEnv",
+        vector_entry_point="openenv_ws.gym:_vector_entry_point",
+        disable_env_checker=True,
+    )

@@ -10,7 +10,7 @@ import numpy as np
 from ..environment import ArraySpec
 from ..protocol import Result
 
-__all__ = ["Arrival", "Batcher", "StepBatch", "seeds_for", "stack_infos"]
+__all__ = ["Arrival", "Batcher", "StepBatch", "action_list", "seeds_for", "stack_infos"]
 
 Array = np.ndarray[Any, Any]
 #: ``(observations, rewards, terminations, truncations, infos)``
@@ -126,3 +126,27 @@ def seeds_for(seed: int | Sequence[int | None] | None, ids: list[int], n: int) -
     if len(seeds) != len(ids):
         raise ValueError(f"{len(seeds)} seeds for {len(ids)} envs; give one seed per env")
     return [None if s is None else int(s) for s in seeds]
+
+
+def action_list(actions: Any, n: int) -> list[Any]:
+    """`actions` as a list of `n` actions, one per env.
+
+    Raises:
+        ValueError: `actions` is not a sequence of `n` items (a scalar for
+            several envs, or the wrong length), naming the expected shape.
+    """
+    if isinstance(actions, np.ndarray):
+        got = actions.shape
+        acts: Any = actions.tolist() if actions.ndim else None
+    else:
+        try:
+            acts = list(actions)
+        except TypeError:
+            acts = None
+        got = (len(acts),) if acts is not None else type(actions).__name__
+    if acts is None or len(acts) != n:
+        raise ValueError(
+            f"actions must have shape ({n},), one action per env (a sequence or an array "
+            f"with a first axis of {n}); got {got}"
+        )
+    return acts  # type: ignore[no-any-return]

@@ -36,7 +36,7 @@ import numpy as np
 from ..environment import ArraySpec, EnvSpec
 from ..errors import EnvConfigError, InvalidState, RemoteEnvError, RequestTimeout, SessionClosed
 from ..protocol import Reset, Result, encode, encode_step
-from ._batch import Arrival, Batcher, StepBatch, seeds_for
+from ._batch import Arrival, Batcher, StepBatch, action_list, seeds_for
 from ._core import DEFAULT, ClientCore
 from ._idle import CallGuard, keep_alive
 from ._slot import EnvSlot, Pending
@@ -319,6 +319,9 @@ class VectorEnvClient:
 
         Returns:
             ``(obs, rewards, terminations, truncations, infos)``, one row per env.
+
+        Raises:
+            ValueError: ``actions`` is not one action per env (shape ``(num_envs,)``).
         """
         ids = list(range(self.num_envs))
         guard = self._guard
@@ -346,7 +349,7 @@ class VectorEnvClient:
 
         Raises:
             InvalidState: an env has a request in flight, or the client is closed.
-            ValueError: ``actions`` and ``env_ids`` differ in length.
+            ValueError: ``actions`` is not one action per env of ``env_ids``.
         """
         guard = self._guard
         guard.lock.acquire()
@@ -362,9 +365,7 @@ class VectorEnvClient:
         env_ids: Sequence[int] | np.ndarray[Any, Any] | None,
     ) -> None:
         ids = self._ids(env_ids)
-        acts = actions.tolist() if isinstance(actions, np.ndarray) else list(actions)
-        if len(acts) != len(ids):
-            raise ValueError(f"{len(acts)} actions for {len(ids)} envs; give one action per env")
+        acts = action_list(actions, len(ids))
         slots = [self._slots[i] for i in ids]
         for slot in slots:
             if slot.pending is not Pending.IDLE:
