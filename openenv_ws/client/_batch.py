@@ -91,26 +91,45 @@ class Batcher:
 
 
 def stack_infos(infos: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """Per-env info maps in Gymnasium's vector layout: one array per key plus its mask."""
-    n = len(infos)
+    """Per-env info maps in Gymnasium's vector layout: one array per key plus its
+    ``_key`` mask, nested maps likewise (as ``gymnasium.vector.VectorEnv._add_info``)."""
     out: dict[str, Any] = {}
     for r, info in enumerate(infos):
-        if not info:
-            continue
-        for key, value in info.items():
-            column = out.get(key)
-            if column is None:
-                kind = type(value)
-                dtype: Any = _DTYPES.get(kind, object)
-                column = out[key] = np.zeros(n, dtype)
-                out["_" + key] = np.zeros(n, np.bool_)
+        if info:
+            _add_info(out, info, r, len(infos))
+    return out
+
+
+def _add_info(out: dict[str, Any], info: dict[str, Any], r: int, n: int) -> None:
+    for key, value in info.items():
+        column = out.get(key)
+        mask = out.setdefault("_" + key, np.zeros(n, np.bool_))
+        if isinstance(value, dict) and (column is None or isinstance(column, dict)):
+            _add_info(out.setdefault(key, {}), value, r, n)
+        else:
+            if not isinstance(column, np.ndarray):  # (a scalar after maps: the maps go)
+                column = out[key] = _column(value, n)
             try:
                 column[r] = value
             except (TypeError, ValueError, OverflowError):
-                column = out[key] = column.astype(object)
+                # Envs disagree on the type or shape: keep each row as an object.
+                old, column = column, np.full(n, None, object)
+                for i in np.flatnonzero(mask):
+                    column[i] = old[i]
+                out[key] = column
                 column[r] = value
-            out["_" + key][r] = True
-    return out
+        mask[r] = True
+
+
+def _column(value: Any, n: int) -> Array:
+    """An empty column of `n` rows for values like `value` (Gymnasium's dtypes)."""
+    if type(value) in _DTYPES:
+        return np.zeros(n, _DTYPES[type(value)])
+    if isinstance(value, np.number):
+        return np.zeros(n, value.dtype)
+    if isinstance(value, np.ndarray):
+        return np.zeros((n, *value.shape), value.dtype)
+    return np.full(n, None, object)
 
 
 def seeds_for(seed: int | Sequence[int | None] | None, ids: list[int], n: int) -> list[int | None]:

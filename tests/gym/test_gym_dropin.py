@@ -11,9 +11,10 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from openenv_ws.client import VectorEnvClient
+from openenv_ws.client._batch import stack_infos
 from openenv_ws.errors import EnvConfigError
 from openenv_ws.gym import ENV_ID, RemoteEnv, RemoteVectorEnv
 from openenv_ws.server import ServerThread
@@ -119,6 +120,31 @@ def _assert_same_infos(got: dict[str, Any], want: dict[str, Any], where: str) ->
                 np.testing.assert_array_equal(a, b, err_msg=f"{where} {key}")
         else:
             np.testing.assert_array_equal(got[key], value, err_msg=f"{where} {key}")
+
+
+class _Infos(VectorEnv[Any, Any, Any]):
+    """Just enough of a VectorEnv to call Gymnasium's own info stacking."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+INFOS: list[dict[str, Any] | None] = [
+    {"lives": 3, "score": 1.5, "done": True, "name": "a", "v": np.float32(0.5)},
+    None,
+    {"lives": 2, "frame": np.arange(3, dtype=np.uint8), "stats": {"n": 4, "deep": {"x": 1.0}}},
+    {"stats": {"n": 5}, "v": np.float32(2.0), "flag": np.bool_(True), "seeds": [1, 2]},
+]
+
+
+def test_info_layout_equals_gymnasium_add_info() -> None:
+    """stack_infos gives what gymnasium.vector.VectorEnv._add_info gives: the same keys,
+    masks, dtypes and values, nested maps included."""
+    gym_env = _Infos(len(INFOS))
+    want: dict[str, Any] = {}
+    for i, info in enumerate(INFOS):
+        want = gym_env._add_info(want, info or {}, i)
+    _assert_same_infos(stack_infos(INFOS), want, "infos")
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
