@@ -80,6 +80,17 @@ const CHECKS = {
     if (v.length !== 768) throw new ProtocolError(`field '${n}' must be ${want}, got ${v.length} bytes`, "bad_request");
     return v;
   },
+  codecs: (n, v) => {
+    const want = "a list of at most 16 codec names (strings of up to 32 characters)";
+    if (v === null) return [];
+    if (!Array.isArray(v) || v.length > 16) throw bad(n, want, v);
+    for (const item of v) if (typeof item !== "string" || item.length > 32) throw bad(n, want, item);
+    return v;
+  },
+  codec: (n, v) => {
+    if (v === null || (typeof v === "string" && v.length <= 32)) return v;
+    throw bad(n, "nil or a codec name (a string of up to 32 characters)", v);
+  },
   optArray: (n, v) => {
     if (v !== null && !(v instanceof NDArray)) throw bad(n, "an array (ext type 1) or nil", v);
     return v;
@@ -115,6 +126,8 @@ const CLIENT_OPS = {
     ["token", "optStr", false, nil],
     ["resume", "optStr", false, nil],
     ["palette", "bool", false, () => false],
+    ["compress", "codecs", false, () => []],
+    ["delta", "bool", false, () => false],
   ],
   reset: [
     ["seed", "optUint", false, nil],
@@ -137,6 +150,8 @@ const SERVER_OPS = {
     ["spec", "map", true, nil],
     ["resume_token", "optStr", false, nil],
     ["palette", "optPalette", false, nil],
+    ["compress", "codec", false, nil],
+    ["delta", "bool", false, () => false],
   ],
   result: [
     ["obs", "optArray", false, nil],
