@@ -441,8 +441,7 @@ class BlockingWebSocket(ConnectionFacts):
         """Bytes read from the socket and not yet consumed as messages (those
         :meth:`serve_idle` kept, and those the TLS layer holds decrypted, included:
         a wait on the descriptor would not see the latter)."""
-        sock = self._sock
-        held = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        held = self._sock.pending() if self._secure else 0  # type: ignore[attr-defined]
         return self._end - self._start + self._unclaimed_size + held
 
     def recv_nowait(self, handler: Callable[[memoryview], T]) -> T | Any:

@@ -13,8 +13,9 @@ before anything is allocated.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -112,8 +113,8 @@ class CompressedArray(NamedTuple):
 
 class ObsPacker:
     """The server side of a compressed session: compresses observations, keeps the
-    previous one for delta frames, and counts raw and sent bytes (also into
-    `totals`, ``[raw, sent]``, if given)."""
+    previous one for delta frames, and adds their raw and sent bytes to `totals`,
+    ``[raw, sent]`` (the server's count for the mode; default: the packer's own)."""
 
     __slots__ = (
         "_base",
@@ -121,37 +122,28 @@ class ObsPacker:
         "_compress",
         "_key",
         "_scratch",
-        "_totals",
         "codec",
         "delta",
-        "raw",
-        "sent",
         "serial",
+        "totals",
     )
 
     def __init__(self, codec: str, delta: bool, totals: list[int] | None = None) -> None:
         self.codec = codec
-        self._totals = totals
+        #: [element bytes compressed, bytes they took on the wire].
+        self.totals = [0, 0] if totals is None else totals
         self._code = CODECS[codec]
-        if codec == "zstd":
-            self._compress = _MODULES["zstd"].ZstdCompressor(level=_ZSTD_LEVEL).compress
-        else:
-            block = _MODULES["lz4"]
-
-            def compress(data: Any) -> bytes:
-                out: bytes = block.compress(data, store_size=False)
-                return out
-
-            self._compress = compress
+        self._compress: Callable[[Any], bytes] = (
+            _MODULES["zstd"].ZstdCompressor(level=_ZSTD_LEVEL).compress
+            if codec == "zstd"
+            else functools.partial(_MODULES["lz4"].compress, store_size=False)
+        )
         self.delta = delta
         self._base: np.ndarray[Any, Any] | None = None  # the observation the client holds
         self._scratch: np.ndarray[Any, Any] | None = None
         self._key = True
         #: Serial number of the last compressed observation sent (0: none yet).
         self.serial = 0
-        #: Element bytes of the observations compressed, and bytes they took on the wire.
-        self.raw = 0
-        self.sent = 0
 
     def key(self) -> None:
         """Make the next observation a key frame (after reset, restore, resume)."""
@@ -192,12 +184,9 @@ class ObsPacker:
         data = self._compress(elements)
         head = _PREFIX.pack(self._code, flags, serial) + array_head(code, arr.shape)
         size = len(head) + len(data)
-        self.raw += arr.nbytes
-        self.sent += size
-        totals = self._totals
-        if totals is not None:  # the server's, of every session of this mode
-            totals[0] += arr.nbytes
-            totals[1] += size
+        totals = self.totals
+        totals[0] += arr.nbytes
+        totals[1] += size
         return CompressedArray(ext_header(size, EXT_COMPRESSED) + head, data, arr)
 
 

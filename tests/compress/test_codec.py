@@ -95,7 +95,7 @@ def test_any_sequence_of_arrays_round_trips(codec: str, delta: bool) -> None:
         got = unpacker.unpack(_payload(packer.pack(arr)))
         np.testing.assert_array_equal(got, arr)
         assert got.dtype == arr.dtype.newbyteorder("<") and got.shape == arr.shape
-    assert packer.raw == sum(a.nbytes for a in sequence)
+    assert packer.totals[0] == sum(a.nbytes for a in sequence)
 
 
 def _payload(packed: Any) -> bytes:
