@@ -39,7 +39,6 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .client._batch import stack_infos
 from .client.sync import EnvClient
 from .client.vector import VectorEnvClient
 from .environment import ArraySpec, DiscreteSpec, EnvSpec
@@ -306,9 +305,6 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             ValueError: ``actions`` does not have shape ``(num_envs, ...)``.
         """
         obs, rewards, terminations, truncations, infos = self.client.step(actions)
-        final = infos.get("final_info")
-        if final is not None:
-            infos["final_info"] = stack_infos(list(final))
         self._last_obs = obs
         return obs, rewards, terminations, truncations, infos
 

@@ -10,7 +10,15 @@ import numpy as np
 from ..environment import ArraySpec
 from ..protocol import Result
 
-__all__ = ["Arrival", "Batcher", "StepBatch", "action_list", "seeds_for", "stack_infos"]
+__all__ = [
+    "Arrival",
+    "Batcher",
+    "StepBatch",
+    "action_list",
+    "final_infos",
+    "seeds_for",
+    "stack_infos",
+]
 
 Array = np.ndarray[Any, Any]
 #: ``(observations, rewards, terminations, truncations, infos)``
@@ -74,15 +82,7 @@ class Batcher:
                 finals.append((r, *final))
         info = stack_infos(infos)
         if finals:
-            n = len(infos)
-            final_obs = np.empty(n, object)
-            final_info = np.empty(n, object)
-            mask = np.zeros(n, np.bool_)
-            for r, o, inf in finals:
-                final_obs[r], final_info[r], mask[r] = o, inf, True
-            info.update(
-                final_obs=final_obs, _final_obs=mask, final_info=final_info, _final_info=mask.copy()
-            )
+            info.update(final_infos(finals, len(infos)))
         if not by_id:
             info["env_id"] = np.fromiter((a[0] for a in arrivals), np.int64, k)
         if self.copy:
@@ -98,6 +98,24 @@ def stack_infos(infos: list[dict[str, Any] | None]) -> dict[str, Any]:
         if info:
             _add_info(out, info, r, len(infos))
     return out
+
+
+def final_infos(finals: Sequence[tuple[int, Any, dict[str, Any] | None]], n: int) -> dict[str, Any]:
+    """Same-step autoreset's infos of `n` rows from ``(row, final_obs, final_info)`` of the
+    rows whose episode ended: ``final_obs`` an object array (None elsewhere) and
+    ``final_info`` a dict of arrays, each with its ``_`` mask, as Gymnasium's
+    ``SyncVectorEnv`` gives them."""
+    final_obs = np.full(n, None, object)
+    ended: list[dict[str, Any] | None] = [None] * n
+    mask = np.zeros(n, np.bool_)
+    for r, obs, info in finals:
+        final_obs[r], ended[r], mask[r] = obs, info, True
+    return {
+        "final_obs": final_obs,
+        "_final_obs": mask,
+        "final_info": stack_infos(ended),
+        "_final_info": mask.copy(),
+    }
 
 
 def _add_info(out: dict[str, Any], info: dict[str, Any], r: int, n: int) -> None:

@@ -16,7 +16,7 @@ Autoreset follows Gymnasium's vector environments (``gymnasium.vector.AutoresetM
   reward 0 and both flags false.
 - ``"same_step"``: the step that ends an episode resets the env at once and
   returns the new episode's first observation; the last one is in
-  ``infos["final_obs"]`` and its info in ``infos["final_info"]``.
+  ``infos["final_obs"]``, its info in ``infos["final_info"]`` (Gymnasium's layout).
 - ``"disabled"``: nothing is reset automatically; reset ended envs with
   ``reset(env_ids=...)`` before stepping them again.
 """

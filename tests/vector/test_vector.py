@@ -188,7 +188,11 @@ def test_same_step_autoreset_reports_the_final_observation(fake_server: ServerTh
             if terms[0]:
                 assert infos["_final_obs"].tolist() == [True, True]
                 np.testing.assert_array_equal(infos["final_obs"][0], expected_final.obs)
-                assert infos["final_info"][0] == {"step": 3}
+                # Gymnasium's layout: a dict of arrays with _ masks, as SyncVectorEnv gives it.
+                assert infos["final_info"]["step"][0] == 3
+                assert infos["final_info"]["_step"].tolist() == [True, True]
+                assert infos["_final_info"].tolist() == [True, True]
+                assert infos["final_info"]["step"].dtype == np.int64
                 final.reset()
             else:
                 assert "final_obs" not in infos, t
