@@ -27,6 +27,7 @@ import numpy as np
 from openenv_ws.protocol import (
     ERRORS,
     PROTOCOL_VERSION,
+    Batch,
     Close,
     Closed,
     GetState,
@@ -35,6 +36,7 @@ from openenv_ws.protocol import (
     Reset,
     Restore,
     Result,
+    Send,
     Snapshot,
     SnapshotData,
     StateReply,
@@ -350,6 +352,7 @@ def _frames() -> Iterator[tuple[str, str, str, Any]]:
         SnapshotData(id=9, snapshot=b"\x00\x01snap\xff"),
     )
     yield "closed", "server", "the session is closed", Closed(id=11)
+    yield from _vector_frames(atari_config)
     unsolicited = {"bad_frame", "text_frame", "too_big", "idle_timeout", "shutting_down"}
     for code, info in ERRORS.items():
         rid = None if code in unsolicited else 7
@@ -359,6 +362,73 @@ def _frames() -> Iterator[tuple[str, str, str, Any]]:
             f"error {code}: {info.meaning}",
             error_frame(rid, code, _ERROR_MESSAGES[code]),
         )
+
+
+def _vector_frames(atari_config: dict[str, Any]) -> Iterator[tuple[str, str, str, Any]]:
+    """The frames of vector sessions (section 21)."""
+    yield (
+        "open_vector",
+        "client",
+        "open a synchronous vector session of 4 Atari envs",
+        Open(id=1, config={**atari_config, "max_episode_steps": None}, num_envs=4),
+    )
+    yield (
+        "open_vector_async",
+        "client",
+        "open an asynchronous vector session: 8 envs, batches of 2, shared memory offered",
+        Open(id=1, config={"game": "pong", "num_threads": 2}, num_envs=8, batch_size=2),
+    )
+    yield (
+        "step_vector",
+        "client",
+        "step all envs of a synchronous vector session: one int64 action per env",
+        Step(id=3, action=np.array([0, 1, 2, 3], np.int64)),
+    )
+    yield (
+        "send",
+        "client",
+        "send actions to the envs of the previous batch, named in another order",
+        Send(id=4, action=np.array([3, 1], np.uint8), env_ids=np.array([5, 2], np.int32)),
+    )
+    yield (
+        "send_list",
+        "client",
+        "send actions as a list, in the previous batch's row order, observations left out",
+        Send(id=5, action=[2, 0], obs=False),
+    )
+    rows = 2
+    yield (
+        "batch",
+        "server",
+        "a batch of 2 rows: 4x3 grayscale observations, rewards, flags, env ids, info",
+        Batch(
+            id=4,
+            obs=_pattern((rows, 4, 3), "uint8", 21),
+            reward=np.array([0.0, -1.0]),
+            terminated=np.array([False, True]),
+            truncated=np.array([False, False]),
+            env_id=np.array([5, 2], np.int32),
+            info={
+                "lives": np.array([3, 0], np.int32),
+                "frame_number": np.array([1200, 4404], np.int64),
+                "episode_frame_number": np.array([400, 4404], np.int64),
+            },
+        ),
+    )
+    yield (
+        "batch_no_obs",
+        "server",
+        "a batch of a send with obs=false",
+        Batch(
+            id=5,
+            obs=None,
+            reward=np.array([1.0, 0.0]),
+            terminated=np.array([False, False]),
+            truncated=np.array([False, True]),
+            env_id=np.array([2, 5], np.int32),
+            info={},
+        ),
+    )
 
 
 _ERROR_MESSAGES = {
@@ -1130,6 +1200,7 @@ def _malformed() -> Iterator[tuple[str, str, str, bytes, str, int | None, int | 
         None,
         None,
     )
+    yield from _malformed_vector()
     yield (
         "client_op_from_server",
         s,
@@ -1139,6 +1210,97 @@ def _malformed() -> Iterator[tuple[str, str, str, bytes, str, int | None, int | 
         7,
         None,
     )
+
+
+def _malformed_vector() -> Iterator[tuple[str, str, str, bytes, str, int | None, int | None]]:
+    """Malformed frames of vector sessions (section 21)."""
+    c, s = "client", "server"
+    head = (_p("op"), _p("open"), _p("id"), _p(1), _p("version"), _p(1))
+    for name, why, pairs in (
+        ("open_num_envs_zero", "num_envs 0", (_p("num_envs"), _p(0))),
+        ("open_num_envs_negative", "num_envs -1", (_p("num_envs"), _p(-1))),
+        ("open_num_envs_huge", "num_envs above 65536", (_p("num_envs"), _p(65537))),
+        ("open_num_envs_float", "num_envs 4.0, a float", (_p("num_envs"), _p(4.0))),
+        ("open_num_envs_str", "num_envs '4', a string", (_p("num_envs"), _p("4"))),
+        ("open_batch_size_alone", "batch_size without num_envs", (_p("batch_size"), _p(2))),
+        (
+            "open_batch_size_above",
+            "batch_size 5 above num_envs 4",
+            (_p("num_envs"), _p(4), _p("batch_size"), _p(5)),
+        ),
+    ):
+        yield name, c, why, _map(*head, *pairs), "bad_request", 1, None
+
+    def send(*pairs: bytes) -> bytes:
+        return _map(_p("op"), _p("send"), _p("id"), _p(4), *pairs)
+
+    ints = _ext(1, _array_payload(6, [2], struct.pack("<2i", 1, 2)))  # int32 [1, 2]
+    for name, why, data in (
+        ("send_no_action", "send without action", send(_p("env_ids"), _p([1, 2]))),
+        ("send_action_int", "action is one integer", send(_p("action"), _p(3))),
+        (
+            "send_action_float_array",
+            "action is a float32 array",
+            send(_p("action"), _ext(1, _array_payload(10, [2], struct.pack("<2f", 1, 2)))),
+        ),
+        (
+            "send_action_2d",
+            "action is an int32 array of shape [1, 2]",
+            send(_p("action"), _ext(1, _array_payload(6, [1, 2], struct.pack("<2i", 1, 2)))),
+        ),
+        ("send_action_nested", "action is a list holding a list", send(_p("action"), _p([1, [2]]))),
+        ("send_action_float_item", "action list holds 1.5", send(_p("action"), _p([1, 1.5]))),
+        (
+            "send_env_ids_str",
+            "env_ids is a string",
+            send(_p("action"), ints, _p("env_ids"), _p("01")),
+        ),
+        (
+            "send_env_ids_length",
+            "3 env ids for 2 actions",
+            send(_p("action"), ints, _p("env_ids"), _p([0, 1, 2])),
+        ),
+    ):
+        yield name, c, why, data, "bad_request", 4, None
+
+    def batch(reward: bytes, flags: bytes, env_id: bytes) -> bytes:
+        return _map(
+            _p("op"),
+            _p("batch"),
+            _p("id"),
+            _p(4),
+            _p("reward"),
+            reward,
+            _p("terminated"),
+            flags,
+            _p("truncated"),
+            flags,
+            _p("env_id"),
+            env_id,
+        )
+
+    f64 = _ext(1, _array_payload(11, [2], struct.pack("<2d", 0, 1)))
+    flags = _ext(1, _array_payload(0, [2], b"\x00\x01"))
+    ids = _ext(1, _array_payload(6, [2], struct.pack("<2i", 0, 1)))
+    for name, why, data in (
+        (
+            "batch_reward_float32",
+            "reward is float32",
+            batch(_ext(1, _array_payload(10, [2], struct.pack("<2f", 0, 1))), flags, ids),
+        ),
+        ("batch_reward_list", "reward is a list", batch(_p([0.0, 1.0]), flags, ids)),
+        (
+            "batch_env_id_int64",
+            "env_id is int64",
+            batch(f64, flags, _ext(1, _array_payload(8, [2], struct.pack("<2q", 0, 1)))),
+        ),
+        (
+            "batch_rows_differ",
+            "3 env ids for 2 rewards",
+            batch(f64, flags, _ext(1, _array_payload(6, [3], struct.pack("<3i", 0, 1, 2)))),
+        ),
+    ):
+        yield name, s, why, data, "bad_request", 4, None
 
 
 # --------------------------------------------------------------------------- output

@@ -16,9 +16,9 @@ import numpy as np
 from ..errors import ProtocolError
 from ..palette import PALETTE_BYTES
 from . import frames
-from .limits import MAX_CODECS, MAX_DEPTH, MAX_ID
+from .limits import MAX_CODECS, MAX_DEPTH, MAX_ID, MAX_NUM_ENVS
 
-__all__ = ["SCHEMAS", "Check", "foreign"]
+__all__ = ["CROSS_CHECKS", "SCHEMAS", "Check", "foreign"]
 
 Check: TypeAlias = Callable[[str, Any], Any]
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes, np.ndarray})
@@ -154,6 +154,49 @@ def _action(name: str, v: Any) -> Any:
     raise _bad(name, "an integer, a number, an array, a list or a map", v)
 
 
+def _num_envs(name: str, v: Any) -> int | None:
+    if v is None or (type(v) is int and 1 <= v <= MAX_NUM_ENVS):
+        return v
+    raise _bad(name, f"nil or an integer in 1..{MAX_NUM_ENVS}", v)
+
+
+def _int_rows(name: str, v: Any) -> Any:
+    """One integer per env: a 1-d array of an integer dtype, or a list of integers."""
+    want = "a 1-d array of an integer dtype or a list of integers"
+    if type(v) is np.ndarray:
+        if v.ndim != 1 or v.dtype.kind not in "iu":
+            raise ProtocolError(
+                f"field '{name}' must be {want}, got an array of {v.dtype.name} "
+                f"and shape {list(v.shape)}",
+                code="bad_request",
+            )
+        return v
+    if type(v) is not list:
+        raise _bad(name, want, v)
+    for item in v:
+        if type(item) is not int:
+            raise _bad(name, want, item)
+    return v
+
+
+def _rows(dtype: str) -> Check:
+    """A check that the value is a 1-d array of exactly `dtype` (a ``batch`` column)."""
+    want = f"a 1-d array of {dtype}"
+
+    def check(name: str, v: Any) -> Any:
+        if type(v) is not np.ndarray:
+            raise _bad(name, want, v)
+        if v.ndim != 1 or v.dtype.name != dtype:
+            raise ProtocolError(
+                f"field '{name}' must be {want}, got an array of {v.dtype.name} "
+                f"and shape {list(v.shape)}",
+                code="bad_request",
+            )
+        return v
+
+    return check
+
+
 def _reward(name: str, v: Any) -> float:
     if type(v) is float:
         if v != v:
@@ -192,6 +235,8 @@ SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
         ("palette", _bool, False),
         ("compress", _codecs, False),
         ("delta", _bool, False),
+        ("num_envs", _num_envs, False),
+        ("batch_size", _num_envs, False),
     ),
     frames.Reset: (
         ("seed", _or_nil(_uint), False),
@@ -199,6 +244,11 @@ SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
         ("options", _map_or_nil, False),
     ),
     frames.Step: (("action", _action, True), ("obs", _bool, False)),
+    frames.Send: (
+        ("action", _int_rows, True),
+        ("env_ids", _or_nil(_int_rows), False),
+        ("obs", _bool, False),
+    ),
     frames.GetState: (),
     frames.Snapshot: (),
     frames.Restore: (("snapshot", _bytes, True),),
@@ -220,8 +270,67 @@ SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
         ("done", _bool, True),
         ("info", _map_or_nil, False),
     ),
+    frames.Batch: (
+        ("obs", _opt_array, False),
+        ("reward", _rows("float64"), True),
+        ("terminated", _rows("bool"), True),
+        ("truncated", _rows("bool"), True),
+        ("env_id", _rows("int32"), True),
+        ("info", _map_or_nil, False),
+    ),
     frames.StateReply: (("state", _map, True),),
     frames.SnapshotData: (("snapshot", _bytes, True),),
     frames.Closed: (),
     frames.Error: (("code", _str, True), ("message", _str, True), ("fatal", _bool, True)),
+}
+
+
+def _open_sizes(frame: Any) -> None:
+    if frame.batch_size is None:
+        return
+    if frame.num_envs is None:
+        raise ProtocolError(
+            "field 'batch_size' needs 'num_envs' (it is the size of a vector session's batches)",
+            code="bad_request",
+        )
+    if frame.batch_size > frame.num_envs:
+        raise ProtocolError(
+            f"field 'batch_size' ({frame.batch_size}) must be at most 'num_envs' "
+            f"({frame.num_envs})",
+            code="bad_request",
+        )
+
+
+def _send_rows(frame: Any) -> None:
+    if frame.env_ids is not None and len(frame.env_ids) != len(frame.action):
+        raise ProtocolError(
+            f"field 'env_ids' has {len(frame.env_ids)} entries and 'action' {len(frame.action)}; "
+            "send one env id per action",
+            code="bad_request",
+        )
+
+
+def _batch_rows(frame: Any) -> None:
+    rows = len(frame.reward)
+    for name in ("terminated", "truncated", "env_id"):
+        if len(getattr(frame, name)) != rows:
+            raise ProtocolError(
+                f"field '{name}' has {len(getattr(frame, name))} rows and 'reward' {rows}; "
+                "every column of a batch has one row per env",
+                code="bad_request",
+            )
+    obs = frame.obs
+    if obs is not None and (obs.ndim == 0 or obs.shape[0] != rows):
+        raise ProtocolError(
+            f"field 'obs' has shape {list(obs.shape)}; a batch of {rows} rows needs "
+            f"{rows} observations on its first axis",
+            code="bad_request",
+        )
+
+
+#: Checks across the fields of one frame, run after each field's own check.
+CROSS_CHECKS: dict[type[frames.Frame], Callable[[Any], None]] = {
+    frames.Open: _open_sizes,
+    frames.Send: _send_rows,
+    frames.Batch: _batch_rows,
 }

@@ -18,7 +18,7 @@ from .._arrays import EXT_NDARRAY, decode_array
 from .._shm import EXT_SHARED, ClientRegion
 from ..brief import brief
 from ..errors import PayloadTooBig, ProtocolError
-from .checks import SCHEMAS, foreign
+from .checks import CROSS_CHECKS, SCHEMAS, foreign
 from .compress import EXT_COMPRESSED, ObsUnpacker
 from .frames import CLIENT_OPS, SERVER_OPS, ClientFrame, Error, Frame, ServerFrame
 from .limits import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_SERVER_FRAME_SIZE, MAX_ID
@@ -170,10 +170,14 @@ def _from_map(raw: dict[Any, Any], ops: dict[str, type[Frame]]) -> Any:
             raise ProtocolError(
                 "an unknown field holds a non-string map key or an extension type other than 1"
             )
+        frame = cls(*args) if named is None else cls(*args, **named)
+        cross = CROSS_CHECKS.get(cls)
+        if cross is not None:
+            cross(frame)
     except ProtocolError as err:
         err.request_id = rid
         raise
-    return cls(*args) if named is None else cls(*args, **named)
+    return frame
 
 
 def decode_client_frame(

@@ -19,6 +19,7 @@ from .limits import MAX_ERROR_MESSAGE, PROTOCOL_VERSION
 __all__ = [
     "CLIENT_OPS",
     "SERVER_OPS",
+    "Batch",
     "ClientFrame",
     "Close",
     "Closed",
@@ -30,6 +31,7 @@ __all__ = [
     "Reset",
     "Restore",
     "Result",
+    "Send",
     "ServerFrame",
     "Snapshot",
     "SnapshotData",
@@ -63,6 +65,8 @@ class Open(Frame):
     palette: bool = False
     compress: list[str] = field(default_factory=list)
     delta: bool = False
+    num_envs: int | None = None
+    batch_size: int | None = None
 
 
 @dataclass(slots=True)
@@ -81,6 +85,20 @@ class Step(Frame):
 
     OP: ClassVar[str] = "step"
     action: Any = 0
+    obs: bool = True
+
+
+@dataclass(slots=True)
+class Send(Frame):
+    """Vector sessions: actions for the envs of the previous batch; the reply is the next batch.
+
+    ``env_ids`` names the env of each action (exactly the previous batch's
+    envs, any order); None means the previous batch's row order.
+    """
+
+    OP: ClassVar[str] = "send"
+    action: Any = None
+    env_ids: Any = None
     obs: bool = True
 
 
@@ -144,6 +162,23 @@ class Result(Frame):
 
 
 @dataclass(slots=True)
+class Batch(Frame):
+    """Vector sessions: the outcome of reset, step or send for B envs, one row each.
+
+    ``env_id`` says which env each row is; ``info`` maps names to arrays
+    with B rows (Gymnasium's vector layout).
+    """
+
+    OP: ClassVar[str] = "batch"
+    obs: Any = None
+    reward: np.ndarray[Any, Any] | None = None
+    terminated: np.ndarray[Any, Any] | None = None
+    truncated: np.ndarray[Any, Any] | None = None
+    env_id: np.ndarray[Any, Any] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class StateReply(Frame):
     """The episode state."""
 
@@ -177,15 +212,15 @@ class Error(Frame):
     fatal: bool = True
 
 
-ClientFrame: TypeAlias = Open | Reset | Step | GetState | Snapshot | Restore | Close
-ServerFrame: TypeAlias = Opened | Result | StateReply | SnapshotData | Closed | Error
+ClientFrame: TypeAlias = Open | Reset | Step | Send | GetState | Snapshot | Restore | Close
+ServerFrame: TypeAlias = Opened | Result | Batch | StateReply | SnapshotData | Closed | Error
 
 #: The frame class of each op a server reads, and of each op a client reads.
 CLIENT_OPS: dict[str, type[Frame]] = {
-    c.OP: c for c in (Open, Reset, Step, GetState, Snapshot, Restore, Close)
+    c.OP: c for c in (Open, Reset, Step, Send, GetState, Snapshot, Restore, Close)
 }
 SERVER_OPS: dict[str, type[Frame]] = {
-    c.OP: c for c in (Opened, Result, StateReply, SnapshotData, Closed, Error)
+    c.OP: c for c in (Opened, Result, Batch, StateReply, SnapshotData, Closed, Error)
 }
 
 

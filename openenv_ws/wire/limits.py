@@ -9,6 +9,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_ERROR_MESSAGE",
     "MAX_ID",
+    "MAX_NUM_ENVS",
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
     "WS_PATH",
@@ -31,3 +32,6 @@ MAX_DEPTH = 8
 MAX_ERROR_MESSAGE = 1000
 #: Most codec names an ``open`` may list in ``compress``.
 MAX_CODECS = 16
+#: Most envs one vector session may hold on the wire (``open``'s ``num_envs``);
+#: a server's own limit (``serve --max-envs``) is usually far lower.
+MAX_NUM_ENVS = 65536

@@ -51,8 +51,8 @@ def test_generator_is_deterministic() -> None:
 
 def test_vectors_cover_every_op_and_error_code() -> None:
     ops = {(e["direction"], e["frame"]["op"]) for e in V["frames"]}
-    client_ops = {"open", "reset", "step", "state", "snapshot", "restore", "close"}
-    server_ops = {"opened", "result", "state", "snapshot", "closed", "error"}
+    client_ops = {"open", "reset", "step", "send", "state", "snapshot", "restore", "close"}
+    server_ops = {"opened", "result", "batch", "state", "snapshot", "closed", "error"}
     assert ops == {("client", o) for o in client_ops} | {("server", o) for o in server_ops}
     codes = {e["frame"]["code"] for e in V["frames"] if e["frame"]["op"] == "error"}
     assert codes == set(protocol.ERRORS)
@@ -227,6 +227,25 @@ MESSAGES = {
     "opened_palette_str": r"field 'palette' must be nil or 768 bytes .*, got str 'rgb'",
     "error_missing_fatal": "needs field 'fatal'",
     "client_op_from_server": "op 'step' is unknown",
+    "open_num_envs_zero": "field 'num_envs' must be nil or an integer in 1..65536, got int 0",
+    "open_num_envs_negative": "field 'num_envs' must be nil or an integer in 1..65536, got int -1",
+    "open_num_envs_huge": "field 'num_envs' must be nil or an integer in 1..65536, got int 65537",
+    "open_num_envs_float": "field 'num_envs' must be nil or an integer .*, got float 4.0",
+    "open_num_envs_str": "field 'num_envs' must be nil or an integer .*, got str '4'",
+    "open_batch_size_alone": "field 'batch_size' needs 'num_envs'",
+    "open_batch_size_above": r"field 'batch_size' \(5\) must be at most 'num_envs' \(4\)",
+    "send_no_action": "op 'send' needs field 'action'",
+    "send_action_int": "field 'action' must be a 1-d array of an integer dtype .*, got int 3",
+    "send_action_float_array": "field 'action' must be .*, got an array of float32",
+    "send_action_2d": r"field 'action' must be .*, got an array of int32 and shape \[1, 2\]",
+    "send_action_nested": "field 'action' must be .* a list of integers, got list",
+    "send_action_float_item": "field 'action' must be .* a list of integers, got float 1.5",
+    "send_env_ids_str": "field 'env_ids' must be .*, got str '01'",
+    "send_env_ids_length": "field 'env_ids' has 3 entries and 'action' 2",
+    "batch_reward_float32": "field 'reward' must be a 1-d array of float64, got an array of float32",
+    "batch_reward_list": "field 'reward' must be a 1-d array of float64, got list",
+    "batch_env_id_int64": "field 'env_id' must be a 1-d array of int32, got an array of int64",
+    "batch_rows_differ": "field 'env_id' has 3 rows and 'reward' 2",
 }
 
 

@@ -22,6 +22,7 @@ _CLASSES = {
             protocol.Open,
             protocol.Reset,
             protocol.Step,
+            protocol.Send,
             protocol.GetState,
             protocol.Snapshot,
             protocol.Restore,
@@ -33,6 +34,7 @@ _CLASSES = {
         for c in (
             protocol.Opened,
             protocol.Result,
+            protocol.Batch,
             protocol.StateReply,
             protocol.SnapshotData,
             protocol.Closed,

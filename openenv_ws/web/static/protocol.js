@@ -14,6 +14,8 @@ export const DEFAULT_MAX_SERVER_FRAME_SIZE = 64 * 1024 * 1024;
 export const DEFAULT_MAX_CLIENT_FRAME_SIZE = 1024 * 1024;
 /** Levels of lists/maps a free-form value may nest (the value itself is level 1). */
 export const MAX_VALUE_DEPTH = 8;
+/** Most envs one vector session may hold on the wire (`open`'s `num_envs`). */
+export const MAX_NUM_ENVS = 65536;
 
 function describe(v) {
   if (v === null) return "nil";
@@ -43,6 +45,16 @@ function plain(name, v, depth, keep) {
     } else {
       for (const k of Object.keys(v)) v[k] = plain(name, v[k], depth + 1, keep);
     }
+  }
+  return v;
+}
+
+// A batch column: a 1-d array of exactly `dtype`.
+function rows(n, v, dtype) {
+  const want = `a 1-d array of ${dtype}`;
+  if (!(v instanceof NDArray)) throw bad(n, want, v);
+  if (v.shape.length !== 1 || v.dtype !== dtype) {
+    throw new ProtocolError(`field '${n}' must be ${want}, got an array of ${v.dtype} and shape [${v.shape.join(", ")}]`, "bad_request");
   }
   return v;
 }
@@ -106,6 +118,26 @@ const CHECKS = {
     if (Array.isArray(v) || isMap(v)) return plain(n, v, 1, keep);
     throw bad(n, "an integer, a number, an array, a list or a map", v);
   },
+  numEnvs: (n, v) => {
+    if (v === null || (isInt(v) && v >= 1 && v <= MAX_NUM_ENVS)) return v;
+    throw bad(n, `nil or an integer in 1..${MAX_NUM_ENVS}`, v);
+  },
+  intRows: (n, v) => {
+    const want = "a 1-d array of an integer dtype or a list of integers";
+    if (v instanceof NDArray) {
+      if (v.shape.length !== 1 || !/^u?int/.test(v.dtype)) {
+        throw new ProtocolError(`field '${n}' must be ${want}, got an array of ${v.dtype} and shape [${v.shape.join(", ")}]`, "bad_request");
+      }
+      return v;
+    }
+    if (!Array.isArray(v)) throw bad(n, want, v);
+    for (const item of v) if (!isInt(item)) throw bad(n, want, item);
+    return v;
+  },
+  optIntRows: (n, v) => (v === null ? v : CHECKS.intRows(n, v)),
+  float64Rows: (n, v) => rows(n, v, "float64"),
+  boolRows: (n, v) => rows(n, v, "bool"),
+  int32Rows: (n, v) => rows(n, v, "int32"),
   float: (n, v, keep) => {
     let x;
     if (v instanceof Float) x = v.value;
@@ -128,6 +160,8 @@ const CLIENT_OPS = {
     ["palette", "bool", false, () => false],
     ["compress", "codecs", false, () => []],
     ["delta", "bool", false, () => false],
+    ["num_envs", "numEnvs", false, nil],
+    ["batch_size", "numEnvs", false, nil],
   ],
   reset: [
     ["seed", "optUint", false, nil],
@@ -136,6 +170,11 @@ const CLIENT_OPS = {
   ],
   step: [
     ["action", "action", true, nil],
+    ["obs", "bool", false, () => true],
+  ],
+  send: [
+    ["action", "intRows", true, nil],
+    ["env_ids", "optIntRows", false, nil],
     ["obs", "bool", false, () => true],
   ],
   state: [],
@@ -161,6 +200,14 @@ const SERVER_OPS = {
     ["done", "bool", true, nil],
     ["info", "mapOrNil", false, newMap],
   ],
+  batch: [
+    ["obs", "optArray", false, nil],
+    ["reward", "float64Rows", true, nil],
+    ["terminated", "boolRows", true, nil],
+    ["truncated", "boolRows", true, nil],
+    ["env_id", "int32Rows", true, nil],
+    ["info", "mapOrNil", false, newMap],
+  ],
   state: [["state", "map", true, nil]],
   snapshot: [["snapshot", "bin", true, nil]],
   closed: [],
@@ -169,6 +216,37 @@ const SERVER_OPS = {
     ["message", "str", true, nil],
     ["fatal", "bool", true, nil],
   ],
+};
+
+const rowCount = (v) => (v instanceof NDArray ? v.shape[0] : v.length);
+
+// Checks across the fields of one frame, after each field's own check.
+const CROSS = {
+  open: (f) => {
+    if (f.batch_size === null) return;
+    if (f.num_envs === null) {
+      throw new ProtocolError("field 'batch_size' needs 'num_envs' (it is the size of a vector session's batches)", "bad_request");
+    }
+    if (f.batch_size > f.num_envs) {
+      throw new ProtocolError(`field 'batch_size' (${f.batch_size}) must be at most 'num_envs' (${f.num_envs})`, "bad_request");
+    }
+  },
+  send: (f) => {
+    if (f.env_ids !== null && rowCount(f.env_ids) !== rowCount(f.action)) {
+      throw new ProtocolError(`field 'env_ids' has ${rowCount(f.env_ids)} entries and 'action' ${rowCount(f.action)}; send one env id per action`, "bad_request");
+    }
+  },
+  batch: (f) => {
+    const count = f.reward.shape[0];
+    for (const name of ["terminated", "truncated", "env_id"]) {
+      if (f[name].shape[0] !== count) {
+        throw new ProtocolError(`field '${name}' has ${f[name].shape[0]} rows and 'reward' ${count}; every column of a batch has one row per env`, "bad_request");
+      }
+    }
+    if (f.obs !== null && (f.obs.shape.length === 0 || f.obs.shape[0] !== count)) {
+      throw new ProtocolError(`field 'obs' has shape [${f.obs.shape.join(", ")}]; a batch of ${count} rows needs ${count} observations on its first axis`, "bad_request");
+    }
+  },
 };
 
 function encodeFrame(ops, frame) {
@@ -227,6 +305,7 @@ function decodeFrame(ops, bytes, maxFrameSize, keepFloats, nilIdOp) {
       else if (required) throw new ProtocolError(`op '${op}' needs field '${name}'`, "bad_request");
       else frame[name] = fallback();
     }
+    if (Object.hasOwn(CROSS, op)) CROSS[op](frame);
   } catch (err) {
     err.id = rid;
     throw err;
