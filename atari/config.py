@@ -23,12 +23,18 @@ __all__ = [
     "MAX_FRAMES",
     "MAX_FRAMESKIP",
     "MAX_GAME_NAME",
+    "MAX_IMAGE_SIDE",
+    "MAX_NOOPS",
+    "MAX_STACK",
     "OBS_TYPES",
+    "PREPROCESSING_KEYS",
     "games",
     "normalize_config",
 ]
 
-#: Every option an Atari session accepts, with its default (those of ``ALE/<Game>-v5``).
+#: Every option an Atari session accepts, with its default (those of ``ALE/<Game>-v5``;
+#: the preprocessing options, named as ale-py's ``AtariVectorEnv`` names them, default
+#: to no preprocessing).
 DEFAULT_CONFIG: Mapping[str, Any] = {
     "game": "pong",
     "obs_type": "rgb",
@@ -39,7 +45,31 @@ DEFAULT_CONFIG: Mapping[str, Any] = {
     "difficulty": None,
     "max_episode_steps": None,
     "max_num_frames_per_episode": 108_000,
+    "img_height": None,
+    "img_width": None,
+    "stack_num": 1,
+    "maxpool": False,
+    "noop_max": 0,
+    "episodic_life": False,
+    "reward_clipping": False,
+    "use_fire_reset": False,
 }
+
+#: The preprocessing options (Gymnasium's ``AtariPreprocessing`` and
+#: ``FrameStackObservation``, ``AtariVectorEnv``'s names); at their defaults a
+#: session plays the plain ``ALE/<Game>-v5`` environment.
+PREPROCESSING_KEYS = (
+    "img_height",
+    "img_width",
+    "stack_num",
+    "maxpool",
+    "noop_max",
+    "episodic_life",
+    "reward_clipping",
+    "use_fire_reset",
+)
+# Options of vector sessions (checked where those are opened), named in the unknown-key error.
+_VECTOR_ONLY = ("autoreset_mode", "num_threads")
 
 #: Most emulator frames one agent step may run (``frameskip``, or a pair's ``high - 1``):
 #: a step holds the event loop for about 43 us a frame, so 64 frames is about 3 ms.
@@ -48,6 +78,13 @@ MAX_FRAMESKIP = 64
 MAX_FRAMES = 2**31 - 1
 #: Longest ``game`` string accepted, in characters.
 MAX_GAME_NAME = 64
+
+#: Largest ``img_height`` and ``img_width`` (the native screen is 210x160).
+MAX_IMAGE_SIDE = 1024
+#: Largest ``stack_num``.
+MAX_STACK = 16
+#: Largest ``noop_max``: a reset plays up to that many frames (about 43 ms for 1,000).
+MAX_NOOPS = 1000
 
 #: The observation types, as ``obs_type`` names them.
 OBS_TYPES = ("rgb", "grayscale", "ram")
@@ -93,15 +130,20 @@ def _game_id(value: Any) -> str:
 
 
 def _int_or_none(
-    config: Mapping[str, Any], key: str, *, minimum: int, maximum: int = MAX_FRAMES
+    config: Mapping[str, Any],
+    key: str,
+    *,
+    minimum: int,
+    maximum: int = MAX_FRAMES,
+    nullable: bool = True,
 ) -> int | None:
     value = config[key]
-    if value is None:
+    if value is None and nullable:
         return None
     if type(value) is not int or not minimum <= value <= maximum:
         raise EnvConfigError(
             f"option {key!r} must be an integer >= {minimum} and <= {maximum} "
-            f"({minimum}..{maximum}) or null, got {brief(value)}"
+            f"({minimum}..{maximum}){' or null' if nullable else ''}, got {brief(value)}"
         )
     return value
 
@@ -135,10 +177,16 @@ def normalize_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         EnvConfigError: an unknown option or a bad value; the message names both.
     """
     config = dict(config or {})
-    unknown = sorted(set(config) - set(DEFAULT_CONFIG))
+    unknown = sorted(set(config) - set(DEFAULT_CONFIG), key=str)
     if unknown:
+        vector_only = [k for k in _VECTOR_ONLY if k in unknown]
+        hint = (
+            f" ({' and '.join(vector_only)} only apply to vector sessions, opened with num_envs)"
+            if vector_only
+            else ""
+        )
         raise EnvConfigError(
-            f"unknown Atari option(s) {brief_keys(unknown)}; "
+            f"unknown Atari option(s) {brief_keys(unknown)}{hint}; "
             f"known options: {', '.join(DEFAULT_CONFIG)}"
         )
     merged = {**DEFAULT_CONFIG, **config}
@@ -152,19 +200,59 @@ def normalize_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         raise EnvConfigError(
             f"option 'repeat_action_probability' must be a number in [0, 1], got {brief(rap)}"
         )
-    if type(merged["full_action_space"]) is not bool:
-        raise EnvConfigError(
-            "option 'full_action_space' must be true or false, "
-            f"got {brief(merged['full_action_space'])}"
-        )
-    return {
+    for key in (
+        "full_action_space",
+        "maxpool",
+        "episodic_life",
+        "reward_clipping",
+        "use_fire_reset",
+    ):
+        _check_bool(merged, key)
+    frameskip = _frameskip(merged["frameskip"])
+    normalized = {
         "game": _game_id(merged["game"]),
         "obs_type": obs_type,
-        "frameskip": _frameskip(merged["frameskip"]),
+        "frameskip": frameskip,
         "repeat_action_probability": float(rap),
         "full_action_space": merged["full_action_space"],
         "mode": _int_or_none(merged, "mode", minimum=0),
         "difficulty": _int_or_none(merged, "difficulty", minimum=0),
         "max_episode_steps": _int_or_none(merged, "max_episode_steps", minimum=1),
         "max_num_frames_per_episode": _int_or_none(merged, "max_num_frames_per_episode", minimum=1),
+        "img_height": _int_or_none(merged, "img_height", minimum=1, maximum=MAX_IMAGE_SIDE),
+        "img_width": _int_or_none(merged, "img_width", minimum=1, maximum=MAX_IMAGE_SIDE),
+        "stack_num": _int_or_none(
+            merged, "stack_num", minimum=1, maximum=MAX_STACK, nullable=False
+        ),
+        "maxpool": merged["maxpool"],
+        "noop_max": _int_or_none(merged, "noop_max", minimum=0, maximum=MAX_NOOPS, nullable=False),
+        "episodic_life": merged["episodic_life"],
+        "reward_clipping": merged["reward_clipping"],
+        "use_fire_reset": merged["use_fire_reset"],
     }
+    _check_combination(normalized)
+    return normalized
+
+
+def _check_bool(config: Mapping[str, Any], key: str) -> None:
+    if type(config[key]) is not bool:
+        raise EnvConfigError(f"option {key!r} must be true or false, got {brief(config[key])}")
+
+
+def _check_combination(config: Mapping[str, Any]) -> None:
+    """Refuse options that are each valid but mean nothing together."""
+    if config["obs_type"] == "ram":
+        for key in ("img_height", "img_width", "maxpool"):
+            if config[key] != DEFAULT_CONFIG[key]:
+                raise EnvConfigError(
+                    f"option {key!r} applies to screen observations, but obs_type is 'ram'; "
+                    f"leave {key!r} out or choose obs_type 'rgb' or 'grayscale'"
+                )
+    frameskip = config["frameskip"]
+    fewest = frameskip if type(frameskip) is int else frameskip[0]
+    if config["maxpool"] and fewest < 2:
+        raise EnvConfigError(
+            "option 'maxpool' takes the maximum of the last two frames of each step, so it "
+            "needs 'frameskip' >= 2 (or a pair [low, high] with low >= 2), "
+            f"got frameskip {brief(frameskip)}"
+        )

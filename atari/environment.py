@@ -38,7 +38,7 @@ from openenv_ws.errors import (
 from openenv_ws.palette import expanded
 
 from .ale_state import CLOCK_SEED, PostLoadState, RepeatTracker
-from .config import normalize_config
+from .config import DEFAULT_CONFIG, PREPROCESSING_KEYS, normalize_config
 from .palettes import palette_of
 from .snapshots import open_seal, seal
 
@@ -88,6 +88,12 @@ class AtariEnvironment(Environment):
                 difficulty the game does not offer.
         """
         cfg = normalize_config(config)
+        asked = [k for k in PREPROCESSING_KEYS if cfg[k] != DEFAULT_CONFIG[k]]
+        if asked:
+            raise EnvConfigError(
+                f"option(s) {', '.join(map(repr, asked))}: single Atari sessions do not "
+                "preprocess yet; leave them out (or open a vector session)"
+            )
         self._config = cfg
         self._game: str = cfg["game"]
         self._mode: int | None = cfg["mode"]
