@@ -79,6 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for flag, count in (
         ("--max-connections", args.max_connections),
         ("--max-connections-per-peer", args.max_connections_per_peer),
+        ("--max-envs", args.max_envs),
     ):
         if count < 1:
             raise SystemExit(f"{flag} must be at least 1, got {count}")
@@ -90,6 +91,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SystemExit(problem)
     limits = ServerLimits(
         max_sessions=args.max_sessions,
+        max_envs=args.max_envs,
         max_frame_size=args.max_frame_size,
         idle_timeout=args.idle_timeout or None,
         resume_grace=args.grace,
@@ -298,7 +300,14 @@ def _parser() -> argparse.ArgumentParser:
         "--max-sessions",
         type=int,
         default=1024,
-        help="sessions hosted at once by each server process; the next open gets 'capacity'",
+        help="sessions hosted at once by each server process; the next open gets 'capacity' "
+        "(each env of a vector session counts as one)",
+    )
+    serve.add_argument(
+        "--max-envs",
+        type=int,
+        default=64,
+        help="most envs one vector session (open with num_envs) may hold; more gets 'bad_config'",
     )
     serve.add_argument(
         "--max-frame-size", type=int, default=1 << 20, help="largest request frame in bytes"

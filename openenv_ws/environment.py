@@ -18,12 +18,16 @@ import numpy as np
 from .errors import InvalidState
 
 __all__ = [
+    "AUTORESET_MODES",
     "ArraySpec",
+    "BatchResult",
     "DiscreteSpec",
     "EnvFactory",
     "EnvResult",
     "EnvSpec",
     "Environment",
+    "VectorEnvironment",
+    "VectorFactory",
 ]
 
 
@@ -196,9 +200,95 @@ class Environment(abc.ABC):
         """Free the instance's resources. Called once, when the session ends."""
 
 
+#: The values of a vector session's ``autoreset_mode`` config key (SPEC section 21).
+AUTORESET_MODES = ("next_step", "same_step")
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """The outcome of a vector environment's reset or step: B rows, one per env.
+
+    Attributes:
+        obs: the observations, shape ``(B, *obs_shape)``; None when not asked.
+        reward: float64, shape ``(B,)``.
+        terminated, truncated: bool, shape ``(B,)``.
+        env_id: int32, shape ``(B,)``: which env each row is.
+        info: name -> array with B rows (Gymnasium's vector layout).
+    """
+
+    obs: np.ndarray[Any, Any] | None
+    reward: np.ndarray[Any, Any]
+    terminated: np.ndarray[Any, Any]
+    truncated: np.ndarray[Any, Any]
+    env_id: np.ndarray[Any, Any]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class VectorEnvironment(abc.ABC):
+    """``num_envs`` environments stepped together, owned by one vector session.
+
+    Synchronous when :attr:`batch_size` equals :attr:`num_envs` (every
+    batch holds every env, rows in env order); asynchronous (EnvPool style)
+    when it is smaller: :meth:`send` hands actions to the envs of the last
+    batch and :meth:`recv` returns the next :attr:`batch_size` envs that are
+    ready. Actions are the integers of a discrete space. Implementations
+    raise :class:`~openenv_ws.errors.InvalidAction` for an action outside the
+    action space; any other exception ends the session with ``internal``.
+    """
+
+    #: How many envs, and how many rows a batch of :meth:`recv` holds.
+    num_envs: int
+    batch_size: int
+    #: ``"next_step"`` (an env that ended is reset on its next step, Gymnasium's
+    #: default) or ``"same_step"`` (at once; the batch carries the final
+    #: observation in ``info["final_obs"]``).
+    autoreset_mode: str = "next_step"
+    #: As :attr:`Environment.inline`: every call returns within a bounded time.
+    inline: bool = False
+
+    @property
+    @abc.abstractmethod
+    def spec(self) -> EnvSpec:
+        """The spaces of ONE env; ``extra`` holds ``num_envs``, ``batch_size``,
+        ``autoreset_mode`` and what else the session's ``opened`` shows."""
+
+    @abc.abstractmethod
+    def reset(
+        self, *, seed: int | None = None, env_ids: np.ndarray[Any, Any] | None = None
+    ) -> BatchResult:
+        """Reset every env (env i seeded with ``seed + i``), or only `env_ids`
+        (synchronous only: the batch still has every env, the others as they are).
+        Asynchronous: the batch holds the first :attr:`batch_size` envs ready."""
+
+    @abc.abstractmethod
+    def send(self, actions: np.ndarray[Any, Any], env_ids: np.ndarray[Any, Any]) -> None:
+        """Start a step of each env of `env_ids` (int32, exactly the envs of the last
+        batch, any order) with the action in the same row of `actions` (int64)."""
+
+    @abc.abstractmethod
+    def recv(self) -> BatchResult:
+        """The next batch: :attr:`batch_size` envs whose step is done."""
+
+    def step(self, actions: np.ndarray[Any, Any]) -> BatchResult:
+        """Step every env of a synchronous instance, env i with ``actions[i]``."""
+        self.send(actions, np.arange(self.num_envs, dtype=np.int32))
+        return self.recv()
+
+    def state(self) -> dict[str, Any]:
+        """What ``state`` shows beyond the session's own counters."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free the instances' resources. Called once, when the session ends."""
+
+
 #: Makes the environment of a session from its ``open`` config.
 #: Raises :class:`~openenv_ws.errors.EnvConfigError` for a config it refuses.
 EnvFactory = Callable[[dict[str, Any]], Environment]
+#: Makes the environments of a vector session from its ``open`` config,
+#: ``num_envs`` and ``batch_size``; raises
+#: :class:`~openenv_ws.errors.EnvConfigError` for a config it refuses.
+VectorFactory = Callable[[dict[str, Any], int, int], VectorEnvironment]
 
 
 def check_keys(config: Mapping[str, Any], allowed: Sequence[str], what: str) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
 
-from .environment import EnvFactory, Environment
+from .environment import EnvFactory, Environment, VectorFactory
 from .errors import EnvConfigError
 
 __all__ = [
@@ -75,6 +75,10 @@ class EnvPlugin(Generic[E]):
         choices: what the web page offers in its ``open`` config (keys
             ``env``, ``games``, ``obs_types``, ``defaults``); None: nothing,
             the page sends the config the user types.
+        vector: makes the environments of a vector session (an ``open`` with
+            ``num_envs``, SPEC section 21) from its config, ``num_envs`` and
+            ``batch_size``; None: the server steps ``num_envs`` instances of
+            :attr:`factory` in turn (synchronous sessions only).
     """
 
     factory: Callable[[dict[str, Any]], E]
@@ -82,6 +86,7 @@ class EnvPlugin(Generic[E]):
     warm: tuple[Mapping[str, Any], ...] = ()
     shared_secrets: tuple[str, ...] = ()
     choices: Callable[[], Mapping[str, Any]] | None = None
+    vector: VectorFactory | None = None
 
     def __call__(self, config: dict[str, Any]) -> E:
         return self.factory(config)

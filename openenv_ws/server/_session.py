@@ -49,6 +49,7 @@ from ..protocol import (
 from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose, mode_name
 from ._offload import Worker
 from .replay import ReplayCache
+from .vsession import VectorSession, check_num_envs, open_vector
 
 __all__ = ["CloseRequest", "FrameReply", "Reply", "ServerSession", "encoded"]
 
@@ -93,6 +94,8 @@ class ServerSession:
             without the server knowing, as on HTTP).
         byte_counts: where compressed sessions add up their raw and sent
             observation bytes, per mode (for ``/metrics``).
+        max_envs: the most envs a vector session (an ``open`` with
+            ``num_envs``, SPEC section 21) may hold.
 
     When the session ends, its environment is closed, or handed to the
     factory's ``give_back(config, env)`` if it has one (a
@@ -115,6 +118,7 @@ class ServerSession:
         "_factory",
         "_give_back",
         "_into",
+        "_max_envs",
         "_max_frame_size",
         "_next_shared",
         "_release",
@@ -131,6 +135,8 @@ class ServerSession:
         "session_id",
         "shared",
         "steps",
+        "vector",
+        "weight",
     )
 
     def __init__(
@@ -143,6 +149,7 @@ class ServerSession:
         compression: Sequence[str] = (),
         allow_delta: bool = True,
         byte_counts: dict[str, list[int]] | None = None,
+        max_envs: int = 64,
     ) -> None:
         self._factory = env_factory
         self._give_back: Callable[[dict[str, Any], Environment], None] | None = getattr(
@@ -185,6 +192,11 @@ class ServerSession:
         self._next_shared: list[ServerRegion | None] = []  # a region to use after it
         #: The last request and its reply, for a client that sends it again (None: not kept).
         self.replay: ReplayCache | None = None
+        self._max_envs = max_envs
+        #: The session's envs when it is a vector session (then also :attr:`env`).
+        self.vector: VectorSession | None = None
+        #: Sessions' worth of capacity it takes: its envs (1 for a single session).
+        self.weight = 1
 
     # ------------------------------------------------------------------ entry points
 
@@ -352,6 +364,9 @@ class ServerSession:
         )
 
     def _dispatch(self, frame: ClientFrame) -> FrameReply:
+        vector = self.vector
+        if vector is not None and type(frame) is not Open and type(frame) is not Close:
+            return vector.dispatch(self, frame), None
         machine = self.machine
         machine.check(frame.OP)
         env = self.env
@@ -424,6 +439,8 @@ class ServerSession:
                 "unsupported_version",
                 f"protocol version {frame.version} is not supported; this server speaks {supported}",
             )
+        if frame.num_envs is not None:
+            self.weight = check_num_envs(frame.num_envs, self._max_envs)
         if self._admit is not None:
             refusal = self._admit(self)
             if refusal is not None:
@@ -431,12 +448,16 @@ class ServerSession:
             self._admitted = True
         self._config = dict(frame.config)
         try:
-            self.env = self._factory(dict(frame.config))
+            if frame.num_envs is None:
+                self.env = self._factory(dict(frame.config))
+            else:  # a vector session's envs are never pooled
+                self.env = self.vector = open_vector(self._factory, frame)
+                self._give_back = None
         except BaseException:
             self._leave()
             raise
         self.inline = bool(getattr(self.env, "inline", False))
-        if frame.palette:
+        if frame.palette and self.vector is None:
             self.palette = self.env.indexed_frames()
         preference, allow_delta = self.compression
         codec, delta = choose(frame.compress, frame.delta, preference, allow_delta=allow_delta)

@@ -193,6 +193,7 @@ class HTTPSessionStore:
             compression=self.registry.limits.compression,
             allow_delta=False,
             byte_counts=self.registry.observation_bytes,
+            max_envs=self.registry.limits.max_envs,
         )
         session.replay = ReplayCache(sticky=True)
         return session

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from ..environment import EnvFactory, Environment
+from ..environment import EnvFactory, Environment, VectorFactory
 
 __all__ = ["KeyFunction", "WarmPool", "json_key", "normalized_key"]
 
@@ -112,6 +112,8 @@ class WarmPool:
             raise ValueError(f"build_share must be in (0, 1], got {build_share}")
         self.build_share = build_share
         self._build = factory
+        #: The factory's vector engine, if it has one: vector sessions are not pooled.
+        self.vector: VectorFactory | None = getattr(factory, "vector", None)
         self.size = size
         self.max_keys = max_keys
         self.refill_delay = refill_delay

@@ -19,6 +19,9 @@ class ServerLimits:
 
     Attributes:
         max_sessions: sessions hosted at once; the next ``open`` gets ``capacity``.
+            Each env of a vector session counts as a session.
+        max_envs: the most envs one vector session may hold (SPEC section 21);
+            an ``open`` with more gets ``bad_config``.
         max_frame_size: largest request frame in bytes (larger: close 1009).
         idle_timeout: seconds a connection may go without sending a request
             before the server closes it (``idle_timeout``, close 1001); None: never.
@@ -46,6 +49,7 @@ class ServerLimits:
     """
 
     max_sessions: int = 1024
+    max_envs: int = 64
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     idle_timeout: float | None = 600.0
     resume_grace: float | None = 30.0
@@ -65,6 +69,8 @@ class SessionRegistry:
     limits: ServerLimits
     active: set[ServerSession] = field(default_factory=set)
     opened_total: int = 0
+    #: What the active sessions weigh against ``max_sessions``: each counts its envs.
+    envs: int = 0
     #: Called after every admit and release (e.g. to publish counts to other workers).
     on_change: Callable[[SessionRegistry], None] | None = None
     #: Per compression mode (e.g. ``"zstd+delta"``): [element bytes of the
@@ -73,20 +79,27 @@ class SessionRegistry:
 
     def admit(self, session: ServerSession) -> tuple[str, str] | None:
         """Take `session` in, or say why not (``capacity``)."""
-        if len(self.active) >= self.limits.max_sessions:
+        weight = session.weight
+        if self.envs + weight > self.limits.max_sessions:
+            vector = (
+                f" (a vector session of {weight} envs counts as {weight})" if weight > 1 else ""
+            )
             return (
                 "capacity",
-                f"the server hosts its maximum of {self.limits.max_sessions} sessions; "
+                f"the server hosts its maximum of {self.limits.max_sessions} sessions{vector}; "
                 "retry later or use another server",
             )
         self.active.add(session)
+        self.envs += weight
         self.opened_total += 1
         if self.on_change is not None:
             self.on_change(self)
         return None
 
     def release(self, session: ServerSession) -> None:
-        self.active.discard(session)
+        if session in self.active:
+            self.active.discard(session)
+            self.envs -= session.weight
         if self.on_change is not None:
             self.on_change(self)
 
@@ -96,6 +109,7 @@ class SessionRegistry:
             "protocol": PROTOCOL_VERSION,
             "sessions": len(self.active),
             "max_sessions": self.limits.max_sessions,
+            "envs": self.envs,
             "opened_total": self.opened_total,
             "pid": os.getpid(),
         }

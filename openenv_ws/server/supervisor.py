@@ -138,6 +138,7 @@ class SupervisedSession(ServerSession):
             release=registry.release,
             compression=registry.limits.compression,
             byte_counts=registry.observation_bytes,
+            max_envs=registry.limits.max_envs,
         )
         self._sup = supervisor
         self._hist = supervisor.metrics.step_seconds
