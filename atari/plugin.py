@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from openenv_ws.environment import VectorEnvironment
 from openenv_ws.registry import EnvPlugin
 
 from .config import DEFAULT_CONFIG, OBS_TYPES, games, normalize_config
 from .environment import AtariEnvironment
 from .snapshots import SNAPSHOT_KEY_ENV
 
-__all__ = ["atari_factory", "web_choices"]
+__all__ = ["atari_factory", "atari_vector", "web_choices"]
 
 
 def web_choices() -> Mapping[str, Any]:
@@ -24,6 +25,14 @@ def web_choices() -> Mapping[str, Any]:
     }
 
 
+def atari_vector(config: dict[str, Any], num_envs: int, batch_size: int) -> VectorEnvironment:
+    """The envs of an Atari vector session (SPEC section 21) on ale-py's vector engine,
+    imported on the first vector session."""
+    from .vector import AtariVectorEnvironment
+
+    return AtariVectorEnvironment(config, num_envs, batch_size)
+
+
 #: Makes an :class:`~atari.environment.AtariEnvironment` from a session's config
 #: (an :data:`~openenv_ws.environment.EnvFactory`). Configs are checked without
 #: a ROM load; servers keep the default game warm; every worker of a server
@@ -34,4 +43,5 @@ atari_factory: EnvPlugin[AtariEnvironment] = EnvPlugin(
     warm=({},),
     shared_secrets=(SNAPSHOT_KEY_ENV,),
     choices=web_choices,
+    vector=atari_vector,
 )
