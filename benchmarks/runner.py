@@ -93,6 +93,17 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
         help="sessions of the vector and frame-cache scenarios",
     )
     p.add_argument(
+        "--rollout-envs",
+        default=",".join(map(str, d.rollout_envs)),
+        help="env counts N of the rollout scenario (send/recv batches of N/2)",
+    )
+    p.add_argument(
+        "--rollout-seconds",
+        type=float,
+        default=d.rollout_seconds,
+        help="timed seconds per row of the rollout scenario (plus a quarter of that to warm up)",
+    )
+    p.add_argument(
         "--hostile-seconds",
         type=float,
         default=d.hostile_seconds,
@@ -146,6 +157,8 @@ def options_from(args: argparse.Namespace) -> Options:
         peer_steps=args.peer_steps,
         peer_http_steps=args.peer_http_steps,
         vector_envs=args.vector_envs,
+        rollout_envs=ints(split_list(args.rollout_envs)),
+        rollout_seconds=args.rollout_seconds,
         hostile_seconds=args.hostile_seconds,
         slowloris=args.slowloris,
         plots=not args.no_plots,

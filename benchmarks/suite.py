@@ -53,6 +53,8 @@ class Options:
     peer_steps: int = 500
     peer_http_steps: int = 30
     vector_envs: int = 16
+    rollout_envs: tuple[int, ...] = (8, 32)
+    rollout_seconds: float = 4.0
     hostile_seconds: float = 30.0
     slowloris: int = 5000
     plots: bool = True

@@ -10,6 +10,7 @@ row with positive numbers.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -19,6 +20,8 @@ from typing import Any
 
 import pytest
 
+import openenv_ws.client
+from benchmarks.scenarios.rollout import SETTINGS
 from benchmarks.suite import SCENARIOS
 
 
@@ -294,3 +297,52 @@ def test_remote(tmp_path: Path) -> None:
             assert rows["openenv-ws lz4, delta"]["mode"] == "lz4+delta"
             assert rows["openenv-ws zstd"]["mode"] == "zstd"
     assert not netns.leftovers(), "the run left its namespace or veth pair behind"
+
+
+def _builds(config: dict[str, Any]) -> bool:
+    """Whether a single Atari session of this build takes `config`."""
+    from atari import AtariEnvironment
+
+    try:
+        AtariEnvironment(config).close()
+    except Exception:  # noqa: BLE001 - any refusal means the part is not built yet
+        return False
+    return True
+
+
+def test_rollout(tmp_path: Path) -> None:
+    args = ("--rollout-envs", "2", "--rollout-seconds", "0.1")
+    section = bench(tmp_path, "rollout", *args)
+    vector_session = hasattr(openenv_ws.client, "VectorSessionClient")
+    try:
+        importlib.import_module("envpool")
+        envpool = True
+    except Exception:  # noqa: BLE001 - the row must then say why instead
+        envpool = False
+    for setting in SETTINGS:
+        rows = {r["path"]: r for r in section["rows"] if r["setting"] == setting.name}
+        single = _builds({"game": "pong", **setting.config})
+        expected = {
+            "in-process AtariVectorEnv": True,
+            "EnvPool": envpool,
+            "Gymnasium AsyncVectorEnv": True,
+            "Gymnasium SyncVectorEnv": True,
+            "openenv-ws VectorEnvClient.step, serve --workers 1": single,
+            "openenv-ws VectorEnvClient.step, serve --workers 2": single,
+            "openenv-ws VectorSessionClient.step": vector_session,
+            "openenv-ws VectorSessionClient send/recv": vector_session,
+        }
+        assert set(rows) == set(expected)
+        for path, available in expected.items():
+            row = rows[path]
+            assert row["envs"] == 2 and row["batch"] == (1 if "send/recv" in path else 2)
+            if available:
+                positive(row, "steps", "steps_per_s", "vs_atari", "vs_async")
+                if envpool:
+                    positive(row, "vs_envpool")
+            else:
+                assert row["note"], row
+        if not vector_session:
+            assert rows["openenv-ws VectorSessionClient.step"]["note"] == (
+                "unavailable: not built (openenv_ws.client.VectorSessionClient)"
+            )
