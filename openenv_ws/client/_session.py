@@ -25,14 +25,14 @@ from ._core import DEFAULT, ClientCore, StepResult
 if TYPE_CHECKING:
     from ..providers import ServerProvider
 
-__all__ = ["BlockingSession", "SessionOps", "on_local_server"]
+__all__ = ["BlockingSession", "SessionFacts", "SessionOps", "on_local_server"]
 
 ObsT = TypeVar("ObsT")
 C = TypeVar("C")
 
 
-class SessionOps(Generic[ObsT]):
-    """Session facts, hooks and reply handling shared by the single-session clients."""
+class SessionFacts:
+    """What every client tells about its open session, from its core."""
 
     _core: ClientCore
     timeout: float | None
@@ -63,6 +63,14 @@ class SessionOps(Generic[ObsT]):
         """True when the server sends RGB frames as colour codes (SPEC section 18)."""
         return self._core.palette is not None
 
+    def _wait(self, timeout: float | None) -> float | None:
+        """The seconds a call waits: its own `timeout`, or the client's default."""
+        return self.timeout if timeout is DEFAULT else timeout
+
+
+class SessionOps(SessionFacts, Generic[ObsT]):
+    """Session facts, hooks and reply handling shared by the single-session clients."""
+
     # ------------------------------------------------------------------ hooks for typed clients
 
     def _action_to_wire(self, action: Any) -> Any:
@@ -85,10 +93,6 @@ class SessionOps(Generic[ObsT]):
         return state
 
     # ------------------------------------------------------------------ replies
-
-    def _wait(self, timeout: float | None) -> float | None:
-        """The seconds a call waits: its own `timeout`, or the client's default."""
-        return self.timeout if timeout is DEFAULT else timeout
 
     def _result(self, reply: ServerFrame) -> StepResult[ObsT]:
         """The reply to ``reset``, ``step`` or ``restore``."""

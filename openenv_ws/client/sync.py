@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
 import time
@@ -17,12 +18,170 @@ from ._session import BlockingSession
 from ._tls import secure_transport
 from ._ws import BlockingWebSocket, normalize_url
 
-__all__ = ["EnvClient"]
+__all__ = ["EnvClient", "SocketSession", "exchange", "perform", "reply_to"]
 
 ObsT = TypeVar("ObsT")
 
 
-class EnvClient(BlockingSession[ObsT]):
+class SocketSession:
+    """One session over one blocking WebSocket: connect and open, requests (a dropped
+    connection resumed, the request in flight re-sent), heartbeats between calls, close.
+
+    The transport of :class:`EnvClient` and of
+    :class:`~openenv_ws.client.VectorSessionClient`; `core` says what ``open``
+    asks for, the arguments are :class:`EnvClient`'s of the same names.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        core: ClientCore,
+        *,
+        token: str | None,
+        open_timeout: float | None,
+        timeout: float | None,
+        busy_poll: float,
+        resume_timeout: float,
+        shared_memory: bool,
+        compression: str | Sequence[str] | None,
+        delta: bool,
+        ca_file: str | os.PathLike[str] | None,
+        ssl_context: ssl.SSLContext | None,
+        allow_insecure_token: bool,
+    ) -> None:
+        self.url = normalize_url(url)
+        self._ssl = secure_transport([self.url], token, ca_file, ssl_context, allow_insecure_token)
+        self.timeout = timeout
+        self.open_timeout = open_timeout
+        self.busy_poll = busy_poll
+        self.resume_timeout = resume_timeout
+        self._core = core
+        core.offer_shared_memory(self.url, shared_memory)
+        core.offer_compression(self.url, compression, delta)
+        self._ws: BlockingWebSocket | None = None
+        self._closing = False
+        # Held around each call; the heartbeat thread reads only when it is free.
+        self._guard = CallGuard()
+        try:
+            self._ws = self._connect(open_timeout)
+            try:
+                core.opened(self._roundtrip(core.open_frame(), open_timeout))
+            except BaseException:
+                self._ws.close()
+                raise
+        except BaseException:
+            core.release()
+            raise
+        keep_alive(self._ws)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def closed(self) -> bool:
+        return self._ws is None or self._ws.closed
+
+    # ------------------------------------------------------------------ requests
+
+    def _connect(self, open_timeout: float | None) -> BlockingWebSocket:
+        ws = BlockingWebSocket(
+            self.url,
+            open_timeout=open_timeout,
+            headers=self._core.headers(),
+            max_size=self._core.max_frame_size,
+            busy_poll=self.busy_poll,
+            guard=self._guard,
+            ssl_context=self._ssl,
+        )
+        self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
+        return ws
+
+    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
+        return self._send_request(encode(frame), frame.id, timeout)
+
+    def _send_request(
+        self, data: bytes, rid: int, timeout: float | None, *, sent: bool = False
+    ) -> ServerFrame:
+        """Send `data`, request `rid` (unless it was `sent` already by :meth:`_post`),
+        and return its reply; error frames raise."""
+        guard = self._guard
+        guard.lock.acquire()
+        guard.calls += 1
+        try:
+            return self._call(data, rid, timeout, sent)
+        finally:
+            guard.lock.release()
+
+    def _post(self, data: bytes) -> None:
+        """Send `data` without waiting for its reply (:meth:`_send_request` with
+        ``sent=True`` takes it). A connection that dropped is resumed then."""
+        guard = self._guard
+        guard.lock.acquire()
+        guard.calls += 1
+        try:
+            ws = self._ws
+            if ws is None or self._closing:
+                raise self._closed_error()
+            with contextlib.suppress(SessionClosed):  # the reply's wait finds it closed
+                ws.send(data)
+        finally:
+            guard.lock.release()
+
+    def _call(self, data: bytes, rid: int, timeout: float | None, sent: bool) -> ServerFrame:
+        """:meth:`_send_request` with the guard held."""
+        ws = self._ws
+        core = self._core
+        if ws is None or self._closing:
+            raise self._closed_error()
+        try:
+            reply = exchange(ws, core, None if sent else data, rid, timeout)
+        except SessionClosed as exc:
+            read_last_words(ws, core)  # closed between calls: what the server said
+            resumed = run(resume(core, self, exc, data, rid, timeout), self._perform)
+            assert resumed is not None  # the reply to `rid`
+            reply = resumed
+        return core.check(reply)
+
+    def _perform(self, effect: Effect) -> Any:
+        """Do one effect of the resume procedure (:func:`~._resume.resume`)."""
+        if isinstance(effect, Adopt):
+            self._ws = effect.conn
+            keep_alive(effect.conn)
+            return None
+        return perform(effect, self._core, self._connect)
+
+    def _closed_error(self) -> Exception:
+        if self._core.closed_error is not None:
+            return self._core.closed_error
+        ws = self._ws
+        if ws is not None and ws.close_code not in (None, 1000):
+            return SessionClosed(ws.close_code, ws.close_reason)
+        return InvalidState(
+            "the client is closed; create a new one to open another session", code="closed"
+        )
+
+    def close(self) -> None:
+        """Close the session and free the server's environment. Idempotent."""
+        self.resume_timeout = 0.0  # a session being closed is not worth resuming
+        with self._guard.lock:
+            ws = self._ws
+            if ws is not None and not ws.closed and not self._closing:
+                try:
+                    frame = self._core.close_frame()
+                    self._call(encode(frame), frame.id, 5.0, False)
+                    ws.recv(self._core.decode, timeout=5.0)  # returns by the server's close frame
+                except Exception:  # noqa: BLE001 - closing is best effort; the socket goes anyway
+                    pass
+                ws.close()
+            self._closing = True
+        self._core.release()
+
+    def __del__(self) -> None:
+        ws = getattr(self, "_ws", None)
+        if ws is not None and not ws.closed:
+            ws.close(timeout=0.5)
+
+
+class EnvClient(SocketSession, BlockingSession[ObsT]):
     """A session with a remote environment over one WebSocket (blocking).
 
     Example::
@@ -108,134 +267,44 @@ class EnvClient(BlockingSession[ObsT]):
         compression: str | Sequence[str] | None = "auto",
         delta: bool = True,
     ) -> None:
-        self.url = normalize_url(url)
-        self._ssl = secure_transport([self.url], token, ca_file, ssl_context, allow_insecure_token)
-        self.timeout = timeout
-        self.open_timeout = open_timeout
-        self.busy_poll = busy_poll
-        self.resume_timeout = resume_timeout if resume else 0.0
-        self._core = ClientCore(
+        core = ClientCore(
             config or {},
             token=token,
             max_frame_size=max_frame_size,
             indexed_frames=indexed_frames,
         )
-        self._core.offer_shared_memory(self.url, shared_memory)
-        self._core.offer_compression(self.url, compression, delta)
-        self._ws: BlockingWebSocket | None = None
-        self._closing = False
-        # Held around each call; the heartbeat thread reads only when it is free.
-        self._guard = CallGuard()
-        try:
-            self._ws = self._connect(open_timeout)
-            try:
-                self._core.opened(self._roundtrip(self._core.open_frame(), open_timeout))
-            except BaseException:
-                self._ws.close()
-                raise
-        except BaseException:
-            self._core.release()
-            raise
-        keep_alive(self._ws)
-
-    # ------------------------------------------------------------------ properties
-
-    @property
-    def closed(self) -> bool:
-        return self._ws is None or self._ws.closed
-
-    # ------------------------------------------------------------------ requests
-
-    def _connect(self, open_timeout: float | None) -> BlockingWebSocket:
-        ws = BlockingWebSocket(
-            self.url,
+        super().__init__(
+            url,
+            core,
+            token=token,
             open_timeout=open_timeout,
-            headers=self._core.headers(),
-            max_size=self._core.max_frame_size,
-            busy_poll=self.busy_poll,
-            guard=self._guard,
-            ssl_context=self._ssl,
+            timeout=timeout,
+            busy_poll=busy_poll,
+            resume_timeout=resume_timeout if resume else 0.0,
+            shared_memory=shared_memory,
+            compression=compression,
+            delta=delta,
+            ca_file=ca_file,
+            ssl_context=ssl_context,
+            allow_insecure_token=allow_insecure_token,
         )
-        self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
-        return ws
-
-    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
-        return self._send_request(encode(frame), frame.id, timeout)
 
     def _step_roundtrip(
         self, rid: int, action: Any, obs: bool, timeout: float | None
     ) -> ServerFrame:
         return self._send_request(encode_step(rid, action, obs), rid, timeout)
 
-    def _send_request(self, data: bytes, rid: int, timeout: float | None) -> ServerFrame:
-        guard = self._guard
-        guard.lock.acquire()
-        guard.calls += 1
-        try:
-            return self._call(data, rid, timeout)
-        finally:
-            guard.lock.release()
-
-    def _call(self, data: bytes, rid: int, timeout: float | None) -> ServerFrame:
-        """:meth:`_send_request` with the guard held."""
-        ws = self._ws
-        core = self._core
-        if ws is None or self._closing:
-            raise self._closed_error()
-        try:
-            reply = exchange(ws, core, data, rid, timeout)
-        except SessionClosed as exc:
-            read_last_words(ws, core)  # closed between calls: what the server said
-            resumed = run(resume(core, self, exc, data, rid, timeout), self._perform)
-            assert resumed is not None  # the reply to `rid`
-            reply = resumed
-        return core.check(reply)
-
-    def _perform(self, effect: Effect) -> Any:
-        """Do one effect of the resume procedure (:func:`~._resume.resume`)."""
-        if isinstance(effect, Adopt):
-            self._ws = effect.conn
-            keep_alive(effect.conn)
-            return None
-        return perform(effect, self._core, self._connect)
-
-    def _closed_error(self) -> Exception:
-        if self._core.closed_error is not None:
-            return self._core.closed_error
-        ws = self._ws
-        if ws is not None and ws.close_code not in (None, 1000):
-            return SessionClosed(ws.close_code, ws.close_reason)
-        return InvalidState(
-            "the client is closed; create a new one to open another session", code="closed"
-        )
-
     def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
-        self.resume_timeout = 0.0  # a session being closed is not worth resuming
-        with self._guard.lock:
-            ws = self._ws
-            if ws is not None and not ws.closed and not self._closing:
-                try:
-                    frame = self._core.close_frame()
-                    self._call(encode(frame), frame.id, 5.0)
-                    ws.recv(self._core.decode, timeout=5.0)  # returns by the server's close frame
-                except Exception:  # noqa: BLE001 - closing is best effort; the socket goes anyway
-                    pass
-                ws.close()
-            self._closing = True
-        self._core.release()
+        super().close()
         self._stop_provider()
-
-    def __del__(self) -> None:
-        ws = getattr(self, "_ws", None)
-        if ws is not None and not ws.closed:
-            ws.close(timeout=0.5)
 
 
 def exchange(
-    ws: BlockingWebSocket, core: ClientCore, data: bytes, rid: int, timeout: float | None
+    ws: BlockingWebSocket, core: ClientCore, data: bytes | None, rid: int, timeout: float | None
 ) -> ServerFrame:
-    """Send `data` and return the answer to request `rid`, as :func:`reply_to`.
+    """Send `data` (None: it was sent) and return the answer to request `rid`, as
+    :func:`reply_to`.
 
     A plain ``result`` is read and decoded in C where the module is built
     (:meth:`BlockingWebSocket.exchange`); every other frame by :func:`reply_to`.
