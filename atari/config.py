@@ -28,6 +28,7 @@ __all__ = [
     "MAX_STACK",
     "OBS_TYPES",
     "PREPROCESSING_KEYS",
+    "check_choice",
     "games",
     "normalize_config",
 ]
@@ -232,6 +233,14 @@ def normalize_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     }
     _check_combination(normalized)
     return normalized
+
+
+def check_choice(key: str, value: int | None, allowed: list[int]) -> None:
+    """Refuse a ``mode`` or ``difficulty`` the loaded game does not offer (``allowed``)."""
+    if value is not None and value not in allowed:
+        raise EnvConfigError(
+            f"option {key!r}: {brief(value)} is not available in this game; choose one of {allowed}"
+        )
 
 
 def _check_bool(config: Mapping[str, Any], key: str) -> None:

@@ -38,8 +38,9 @@ from openenv_ws.errors import (
 from openenv_ws.palette import expanded
 
 from .ale_state import CLOCK_SEED, PostLoadState, RepeatTracker
-from .config import DEFAULT_CONFIG, PREPROCESSING_KEYS, normalize_config
+from .config import check_choice, normalize_config
 from .palettes import palette_of
+from .preprocess import Preprocessing, Preprocessor
 from .snapshots import open_seal, seal
 
 __all__ = ["AtariEnvironment"]
@@ -70,6 +71,10 @@ class AtariEnvironment(Environment):
     - ``max_episode_steps``: agent steps after which the episode is truncated.
     - ``max_num_frames_per_episode``: emulator frames after which the
       episode is truncated, default 108,000 (30 minutes of play).
+    - Preprocessing, off by default (:mod:`atari.preprocess`, equal to
+      Gymnasium's ``AtariPreprocessing`` + ``FrameStackObservation``):
+      ``img_height``/``img_width``, ``stack_num``, ``maxpool``, ``noop_max``,
+      ``episodic_life``, ``reward_clipping``, ``use_fire_reset``.
 
     Actions are ``int`` indices into the action set (``spec.action``); numpy
     integer scalars are accepted too. Anything else raises
@@ -88,12 +93,6 @@ class AtariEnvironment(Environment):
                 difficulty the game does not offer.
         """
         cfg = normalize_config(config)
-        asked = [k for k in PREPROCESSING_KEYS if cfg[k] != DEFAULT_CONFIG[k]]
-        if asked:
-            raise EnvConfigError(
-                f"option(s) {', '.join(map(repr, asked))}: single Atari sessions do not "
-                "preprocess yet; leave them out (or open a vector session)"
-            )
         self._config = cfg
         self._game: str = cfg["game"]
         self._mode: int | None = cfg["mode"]
@@ -113,8 +112,8 @@ class AtariEnvironment(Environment):
         self._post_load = PostLoadState.capture(ale, seeds[1])
         self._modes = [int(m) for m in ale.getAvailableModes()]
         self._difficulties = [int(d) for d in ale.getAvailableDifficulties()]
-        self._check_choice("mode", self._mode, self._modes)
-        self._check_choice("difficulty", self._difficulty, self._difficulties)
+        check_choice("mode", self._mode, self._modes)
+        check_choice("difficulty", self._difficulty, self._difficulties)
         self._apply_mode()
 
         actions = ale.getLegalActionSet() if cfg["full_action_space"] else ale.getMinimalActionSet()
@@ -136,6 +135,10 @@ class AtariEnvironment(Environment):
             self._get_obs = ale.getRAM
         # The observation as configured; _get_obs is ale.getScreen while indexed.
         self._full_obs = self._get_obs
+        options = Preprocessing.of(cfg, shape, self._actions)
+        self._pre = None if options is None else Preprocessor(options, ale, self._full_obs)
+        if options is not None:
+            shape = options.shape
 
         frameskip = cfg["frameskip"]
         # A fixed frameskip loops over a prebuilt range; a stochastic one is drawn per step.
@@ -175,22 +178,28 @@ class AtariEnvironment(Environment):
         self._running = False
         # After a restore the emulator's screen buffer is stale until the next frame.
         self._restored_screen: np.ndarray[Any, Any] | None = None
-        self._repeats = RepeatTracker(self._config["repeat_action_probability"], self._skip)
+        # A preprocessed step may stop early, so its frames are recorded one by one.
+        fixed = self._skip if self._pre is None else None
+        self._repeats = RepeatTracker(self._config["repeat_action_probability"], fixed)
         self._record_action = self._repeats.actions.append
         self._record_frames = self._repeats.frames.append
         self._get_obs = self._full_obs
         self._palette: bytes | None = None  # set while observations are indexed
+        if self._pre is not None:
+            self._pre.clear()
 
     def indexed_frames(self) -> bytes | None:
         """Observe palette indices (210x160) instead of RGB from now on; the palette.
 
-        Only for ``obs_type="rgb"`` and a game whose palette is known (NTSC or
-        PAL, :func:`atari.palettes.palette_of`: every bundled game); None
-        otherwise, and observations stay RGB. Each reset checks the palette against ALE's own
-        RGB frame and goes back to RGB (with a warning) should they differ.
+        Only for ``obs_type="rgb"`` without preprocessing and a game whose
+        palette is known (NTSC or PAL, :func:`atari.palettes.palette_of`: every
+        bundled game); None otherwise, and observations stay RGB. Each reset
+        checks the palette against ALE's own RGB frame and goes back to RGB
+        (with a warning) should they differ.
         """
         ale = self._ale
-        palette = palette_of(self._game) if self._config["obs_type"] == "rgb" else None
+        plain_rgb = self._config["obs_type"] == "rgb" and self._pre is None
+        palette = palette_of(self._game) if plain_rgb else None
         if ale is None or palette is None:
             return None
         self._get_obs = ale.getScreen
@@ -232,14 +241,6 @@ class AtariEnvironment(Environment):
         return True
 
     # ------------------------------------------------------------------ setup
-
-    @staticmethod
-    def _check_choice(key: str, value: int | None, allowed: list[int]) -> None:
-        if value is not None and value not in allowed:
-            raise EnvConfigError(
-                f"option {key!r}: {brief(value)} is not available in this game; "
-                f"choose one of {allowed}"
-            )
 
     def _apply_mode(self) -> None:
         assert self._ale is not None
@@ -303,13 +304,40 @@ class AtariEnvironment(Environment):
                 f"Atari reset takes no options, got {brief_keys(options)}; "
                 "set game options in the session config instead"
             )
+        if seed is not None and (type(seed) is not int or seed < 0):
+            raise ProtocolError(
+                f"seed must be a non-negative integer or None, got {brief(seed)}",
+                code="bad_request",
+            )
+        seeds = self._new_game(ale, seed)
+        pre = self._pre
+        if pre is not None:
+            pre.noops(self._rng, lambda: self._new_game(ale, seed))
+        self._repeats.start(ale, ale_py.Action.NOOP)
+        if pre is not None:
+            if pre.options.fire_reset:
+                ale.act(ale_py.Action.FIRE)
+                self._record_action(ale_py.Action.FIRE)
+                self._record_frames(1)
+            pre.begin()
+        self._restored_screen = None
+        self._steps = 0
+        self._episode_id = episode_id if episode_id is not None else uuid.uuid4().hex
+        self._running = True
+        info = self._info()
+        if seeds is not None:
+            info["seeds"] = seeds
+        if pre is not None:
+            return EnvResult(pre.observation(), info=info)
+        obs = self._get_obs()
+        if self._palette is not None:
+            obs = self._checked_screen(obs)
+        return EnvResult(obs, info=info)
+
+    def _new_game(self, ale: ale_py.ALEInterface, seed: int | None) -> list[int] | None:
+        """Start the game over; seeded, from the freshly loaded game. The seeds derived."""
         seeds = None
         if seed is not None:
-            if type(seed) is not int or seed < 0:
-                raise ProtocolError(
-                    f"seed must be a non-negative integer or None, got {brief(seed)}",
-                    code="bad_request",
-                )
             seeds = self._seed_game(seed)
             if self._post_load is None or seeds[1] == CLOCK_SEED:
                 ale.loadROM(self._rom_path)
@@ -318,18 +346,7 @@ class AtariEnvironment(Environment):
                 ale.restoreState(self._post_load.state(seeds[1]))
             self._apply_mode()
         ale.reset_game()
-        self._repeats.start(ale, ale_py.Action.NOOP)
-        self._restored_screen = None
-        self._steps = 0
-        self._episode_id = episode_id if episode_id is not None else uuid.uuid4().hex
-        self._running = True
-        info = self._info()
-        if seeds is not None:
-            info["seeds"] = seeds
-        obs = self._get_obs()
-        if self._palette is not None:
-            obs = self._checked_screen(obs)
-        return EnvResult(obs, info=info)
+        return seeds
 
     def step(
         self, action: Any, *, obs: bool = True, out: np.ndarray[Any, Any] | None = None
@@ -350,6 +367,8 @@ class AtariEnvironment(Environment):
             action = self._coerce_action(action)
         if not self._running:
             self._not_running("step")
+        if self._pre is not None:
+            return self._preprocessed_step(self._pre, action, obs, out)
         ale_action = self._actions[action]
         act = self._act
         reward = 0.0
@@ -379,6 +398,25 @@ class AtariEnvironment(Environment):
                 "episode_frame_number": self._episode_frame(),
                 "frame_number": self._frame(),
             },
+        )
+
+    def _preprocessed_step(
+        self, pre: Preprocessor, action: int, obs: bool, out: np.ndarray[Any, Any] | None
+    ) -> EnvResult:
+        ale_action = self._actions[action]
+        skip = self._skip
+        frames = len(skip) if skip is not None else int(self._rng.integers(*self._skip_bounds))
+        reward, played = pre.play(ale_action, frames)
+        self._record_action(ale_action)
+        self._record_frames(played)
+        self._steps += 1
+        terminated, truncated = self._done_flags()
+        return EnvResult(
+            pre.observation(out) if obs else None,
+            reward,
+            terminated or pre.life_lost,
+            truncated,
+            self._info(),
         )
 
     def _coerce_action(self, action: Any) -> int:
@@ -446,7 +484,12 @@ class AtariEnvironment(Environment):
         ale = self._live()
         if not self._running:
             self._not_running("snapshot")
-        screen = self._restored_screen if self._restored_screen is not None else self._screen()
+        header: dict[str, Any] = {}
+        if self._pre is not None:  # the observation is the preprocessor's, not the screen
+            header["preprocess"], screen = self._pre.state()
+        else:
+            restored = self._restored_screen
+            screen = (restored if restored is not None else self._screen()).tobytes()
         state = ale.cloneState(include_rng=True)
         serialized = state.serialize()
         repeat = self._repeats.candidate(serialized)
@@ -462,8 +505,9 @@ class AtariEnvironment(Environment):
             "episode_id": self._episode_id,
             "repeat_action": int(repeat.value),
             "rng": self._rng.bit_generator.state,
+            **header,
         }
-        return seal(json.dumps(header).encode(), serialized, screen.tobytes())
+        return seal(json.dumps(header).encode(), serialized, screen)
 
     def restore(self, snapshot: bytes) -> EnvResult:
         """Continue from a :meth:`snapshot`; the episode then replays identically.
@@ -490,8 +534,15 @@ class AtariEnvironment(Environment):
                 f"snapshot is of game {game!r} but this session plays {self._game!r}; "
                 "restore it in a session of the same game"
             )
+        if ("preprocess" in header) != (self._pre is not None):
+            raise BadSnapshot(
+                "snapshot and session differ in preprocessing options; "
+                "restore it in a session with the same config"
+            )
+        if self._pre is not None:
+            self._pre.load(header["preprocess"], screen_bytes)
         expected = self._screen()
-        if len(screen_bytes) != expected.nbytes:
+        if self._pre is None and len(screen_bytes) != expected.nbytes:
             raise BadSnapshot(
                 f"snapshot screen has {len(screen_bytes)} bytes, this session expects "
                 f"{expected.nbytes}; restore it in a session with the same obs_type"
@@ -504,10 +555,14 @@ class AtariEnvironment(Environment):
         self._steps = int(steps)
         self._episode_id = episode_id
         self._running = True
-        screen = np.frombuffer(screen_bytes, np.uint8).reshape(expected.shape)
-        self._restored_screen = screen
-        obs = screen.copy() if screen.size else self._get_obs()
+        if self._pre is not None:
+            obs = self._pre.observation()
+        else:
+            screen = np.frombuffer(screen_bytes, np.uint8).reshape(expected.shape)
+            self._restored_screen = screen
+            obs = screen.copy() if screen.size else self._get_obs()
         terminated, truncated = self._done_flags()
+        terminated = terminated or (self._pre is not None and self._pre.life_lost)
         return EnvResult(obs, 0.0, terminated, truncated, self._info())
 
     def _screen(self) -> np.ndarray[Any, Any]:
