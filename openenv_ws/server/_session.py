@@ -18,7 +18,7 @@ import numpy as np
 
 from .._shm import MIN_SHARED_BYTES, ServerRegion, Slot
 from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
-from ..errors import OpenEnvError, ProtocolError
+from ..errors import InvalidState, OpenEnvError, ProtocolError
 from ..palette import indexed_shape
 from ..protocol import (
     ERRORS,
@@ -33,6 +33,7 @@ from ..protocol import (
     Reset,
     Restore,
     Result,
+    Send,
     ServerFrame,
     SessionMachine,
     SessionState,
@@ -396,6 +397,12 @@ class ServerSession:
             case Close(id=rid):
                 machine.served("close")
                 return Closed(id=rid), _NORMAL_CLOSE
+            case Send():
+                raise InvalidState(
+                    "'send' is for vector sessions (an open with num_envs); "
+                    + ("send 'open' first" if env is None else "step this session with 'step'"),
+                    code="unsupported" if env is not None else "not_open",
+                )
         raise ProtocolError(f"op '{frame.OP}' has no handler", code="unknown_op")
 
     def _advance(self, action: Any, want_obs: bool) -> ResultFields:

@@ -134,6 +134,11 @@ class Close(Frame):
 # Server -> client ---------------------------------------------------------------
 
 
+def _rows(dtype: type[np.generic]) -> np.ndarray[Any, Any]:
+    """An empty column of a ``batch`` (the default of a field the wire always carries)."""
+    return np.zeros(0, dtype)
+
+
 @dataclass(slots=True)
 class Opened(Frame):
     """The session is open: its id, the negotiated version and the env spec."""
@@ -171,10 +176,10 @@ class Batch(Frame):
 
     OP: ClassVar[str] = "batch"
     obs: Any = None
-    reward: np.ndarray[Any, Any] | None = None
-    terminated: np.ndarray[Any, Any] | None = None
-    truncated: np.ndarray[Any, Any] | None = None
-    env_id: np.ndarray[Any, Any] | None = None
+    reward: np.ndarray[Any, Any] = field(default_factory=lambda: _rows(np.float64))
+    terminated: np.ndarray[Any, Any] = field(default_factory=lambda: _rows(np.bool_))
+    truncated: np.ndarray[Any, Any] = field(default_factory=lambda: _rows(np.bool_))
+    env_id: np.ndarray[Any, Any] = field(default_factory=lambda: _rows(np.int32))
     info: dict[str, Any] = field(default_factory=dict)
 
 
