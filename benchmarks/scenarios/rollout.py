@@ -44,6 +44,7 @@ COLUMNS = [
     Column("envs", "N"),
     Column("path", "contender"),
     Column("batch", "batch"),
+    Column("obs", "obs per env"),
     Column("steps", "env steps"),
     Column("steps_per_s", "steps/s", ",.0f"),
     Column("vs_atari", "vs AtariVectorEnv", ".2f"),
@@ -195,26 +196,28 @@ class Cell:
 
 #: One batch: steps it and returns how many env steps that was.
 Batch = Callable[[], int]
+#: An opened contender: its batch, and the shape of one env's observation.
+Opened = tuple[Batch, tuple[int, ...]]
 
 
 @contextlib.contextmanager
-def _stepping(envs: Any, cell: Cell, **reset: Any) -> Iterator[Batch]:
+def _stepping(envs: Any, cell: Cell, **reset: Any) -> Iterator[Opened]:
     """Batches of ``envs.step`` (any vector env with reset, step and close) on all N
     envs, after ``envs.reset(**reset)``; `envs` is closed at the end."""
     try:
-        envs.reset(**reset)
+        obs = envs.reset(**reset)[0]
         actions = cell.actions(cell.n)
 
         def batch() -> int:
             envs.step(next(actions))
             return cell.n
 
-        yield batch
+        yield batch, obs.shape[1:]
     finally:
         envs.close()
 
 
-def ale_vector(cell: Cell) -> contextlib.AbstractContextManager[Batch]:
+def ale_vector(cell: Cell) -> contextlib.AbstractContextManager[Opened]:
     try:
         from ale_py.vector_env import AtariVectorEnv
     except ImportError as exc:
@@ -224,7 +227,7 @@ def ale_vector(cell: Cell) -> contextlib.AbstractContextManager[Batch]:
     return _stepping(envs, cell, seed=cell.seed)
 
 
-def envpool_vector(cell: Cell) -> contextlib.AbstractContextManager[Batch]:
+def envpool_vector(cell: Cell) -> contextlib.AbstractContextManager[Opened]:
     try:
         envpool = importlib.import_module("envpool")
     except Exception as exc:  # noqa: BLE001 - any import failure is the row's reason
@@ -240,7 +243,7 @@ def envpool_vector(cell: Cell) -> contextlib.AbstractContextManager[Batch]:
     return _stepping(envs, cell)
 
 
-def gym_vector(cell: Cell, asynchronous: bool) -> contextlib.AbstractContextManager[Batch]:
+def gym_vector(cell: Cell, asynchronous: bool) -> contextlib.AbstractContextManager[Opened]:
     import gymnasium as gym
 
     config = cell.config
@@ -249,14 +252,14 @@ def gym_vector(cell: Cell, asynchronous: bool) -> contextlib.AbstractContextMana
     return _stepping(envs, cell, seed=cell.seed)
 
 
-def per_session(cell: Cell, url: str) -> contextlib.AbstractContextManager[Batch]:
+def per_session(cell: Cell, url: str) -> contextlib.AbstractContextManager[Opened]:
     envs = VectorEnvClient(url, cell.n, config=cell.config, open_timeout=None)
     return _stepping(envs, cell, seed=cell.seed)
 
 
 def vector_session(
     cell: Cell, url: str, batch_size: int
-) -> contextlib.AbstractContextManager[Batch]:
+) -> contextlib.AbstractContextManager[Opened]:
     client = getattr(importlib.import_module("openenv_ws.client"), "VectorSessionClient", None)
     if client is None:
         raise Unavailable("not built (openenv_ws.client.VectorSessionClient)")
@@ -268,11 +271,11 @@ def vector_session(
 
 
 @contextlib.contextmanager
-def _pipelined(envs: Any, cell: Cell, batch_size: int) -> Iterator[Batch]:
+def _pipelined(envs: Any, cell: Cell, batch_size: int) -> Iterator[Opened]:
     """EnvPool-style batches: actions for the envs of the last batch, then the next
     `batch_size` envs that are ready."""
     try:
-        envs.reset(seed=cell.seed)
+        obs = envs.reset(seed=cell.seed)[0]
         actions = cell.actions(batch_size)
 
         def batch() -> int:
@@ -280,7 +283,7 @@ def _pipelined(envs: Any, cell: Cell, batch_size: int) -> Iterator[Batch]:
             envs.recv()
             return batch_size
 
-        yield batch
+        yield batch, obs.shape[1:]
     finally:
         envs.close()
 
@@ -312,7 +315,7 @@ REFERENCES = {
 
 def _contenders(
     cell: Cell, urls: Mapping[int, str]
-) -> list[tuple[str, int, Callable[[], contextlib.AbstractContextManager[Batch]]]]:
+) -> list[tuple[str, int, Callable[[], contextlib.AbstractContextManager[Opened]]]]:
     """(label, batch size, how to open it) for every row of `cell`, in table order."""
     half = max(1, cell.n // 2)
     return [
@@ -332,16 +335,16 @@ def _contenders(
 
 
 def _measure(
-    open_: Callable[[], contextlib.AbstractContextManager[Batch]], seconds: float
+    open_: Callable[[], contextlib.AbstractContextManager[Opened]], seconds: float
 ) -> dict[str, Any]:
     try:
-        with open_() as batch:
+        with open_() as (batch, shape):
             steps, elapsed = timed(batch, seconds)
     except Unavailable as exc:
         return {"note": f"unavailable: {exc}"}
     except Exception as exc:  # noqa: BLE001 - one row failing keeps the others
         return {"note": f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:200]}
-    return {"steps": steps, "steps_per_s": steps / elapsed}
+    return {"obs": "x".join(map(str, shape)), "steps": steps, "steps_per_s": steps / elapsed}
 
 
 def _version(dist: str) -> str:

@@ -340,6 +340,10 @@ def test_rollout(tmp_path: Path) -> None:
                 positive(row, "steps", "steps_per_s", "vs_atari", "vs_async")
                 if envpool:
                     positive(row, "vs_envpool")
+                # Every contender makes the setting's observations (as each lays them out).
+                native = {"in-process AtariVectorEnv": "1x210x160x3", "EnvPool": "3x210x160"}
+                rgb = native.get(path, "210x160x3")
+                assert row["obs"] == (rgb if setting is SETTINGS[0] else "4x84x84"), row
             else:
                 assert row["note"], row
         if not vector_session:
