@@ -182,3 +182,14 @@ def test_a_snapshot_after_a_lost_life_restores_an_ended_episode() -> None:
     restored = env.restore(snap)
     assert restored.terminated and restored.info == result.info
     np.testing.assert_array_equal(restored.obs, result.obs)
+
+
+def test_stacked_ram_is_the_last_ram_observations() -> None:
+    plain = AtariEnvironment({"obs_type": "ram"})
+    stacked = AtariEnvironment({"obs_type": "ram", "stack_num": 3})
+    first = plain.reset(seed=4).obs
+    np.testing.assert_array_equal(stacked.reset(seed=4).obs, np.stack([first] * 3))
+    seen = [first] * 3
+    for action in np.random.default_rng(1).integers(0, 6, 100).tolist():
+        seen.append(plain.step(action).obs)
+        np.testing.assert_array_equal(stacked.step(action).obs, np.stack(seen[-3:]))
