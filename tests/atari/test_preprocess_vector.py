@@ -25,12 +25,12 @@ STEPS = 500
 STACK = 4
 
 
-def pair(game: str, *, grayscale: bool, clip: bool) -> tuple[Any, AtariEnvironment]:
+def pair(game: str, *, grayscale: bool, clip: bool, maxpool: bool) -> tuple[Any, AtariEnvironment]:
     options = {
         "img_height": 84,
         "img_width": 84,
         "stack_num": STACK,
-        "maxpool": True,
+        "maxpool": maxpool,
         "noop_max": 1,
         "episodic_life": False,
         "reward_clipping": clip,
@@ -45,17 +45,18 @@ def pair(game: str, *, grayscale: bool, clip: bool) -> tuple[Any, AtariEnvironme
 
 
 @pytest.mark.parametrize(
-    ("game", "grayscale", "clip"),
+    ("game", "grayscale", "clip", "maxpool"),
     [
-        ("space_invaders", True, True),
-        ("space_invaders", False, False),
-        ("breakout", True, True),
+        ("space_invaders", True, True, True),
+        ("space_invaders", False, False, True),
+        ("breakout", True, True, True),
+        ("breakout", False, True, False),
     ],
 )
 def test_fire_reset_and_reward_clipping_equal_atari_vector_env(
-    game: str, grayscale: bool, clip: bool
+    game: str, grayscale: bool, clip: bool, maxpool: bool
 ) -> None:
-    vector, session = pair(game, grayscale=grayscale, clip=clip)
+    vector, session = pair(game, grayscale=grayscale, clip=clip, maxpool=maxpool)
     obs, info = vector.reset(seed=4)
     first = session.reset(seed=4)
     assert first.info["episode_frame_number"] == info["episode_frame_number"][0] == 1  # FIRE
