@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -86,3 +87,14 @@ def test_an_unknown_option_has_no_vector_hint() -> None:
     with pytest.raises(EnvConfigError) as info:
         normalize_config({"stack": 4})
     assert "vector" not in str(info.value) and "'stack'" in str(info.value)
+
+
+def test_resizing_without_opencv_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from atari import AtariEnvironment
+
+    monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 now raises ImportError
+    with pytest.raises(EnvConfigError) as info:
+        AtariEnvironment({"img_height": 84})
+    assert "'img_height'" in str(info.value) and "opencv-python-headless" in str(info.value)
+    # Without resizing OpenCV is not needed.
+    assert AtariEnvironment({"img_height": 210, "stack_num": 2}).spec.observation.shape[1] == 210
