@@ -193,3 +193,14 @@ def test_stacked_ram_is_the_last_ram_observations() -> None:
     for action in np.random.default_rng(1).integers(0, 6, 100).tolist():
         seen.append(plain.step(action).obs)
         np.testing.assert_array_equal(stacked.step(action).obs, np.stack(seen[-3:]))
+
+
+def test_a_frameskip_pair_pools_the_last_two_frames_of_its_draw() -> None:
+    config = {"obs_type": "grayscale", "maxpool": True, "stack_num": 2, "noop_max": 10}
+    fixed = AtariEnvironment({**config, "frameskip": 3})
+    drawn = AtariEnvironment({**config, "frameskip": [3, 4]})  # always draws 3
+    np.testing.assert_array_equal(fixed.reset(seed=1).obs, drawn.reset(seed=1).obs)
+    for action in np.random.default_rng(2).integers(0, 6, 200).tolist():
+        want, got = fixed.step(action), drawn.step(action)
+        np.testing.assert_array_equal(got.obs, want.obs)
+        assert (got.reward, got.info) == (want.reward, want.info)
