@@ -160,3 +160,37 @@ def test_plain_last_frame_equals_gymnasium_over_a_skipping_env() -> None:
             truncated,
             info["lives"],
         )
+
+
+def test_a_game_that_ends_during_the_noops_starts_again_as_gymnasium_does() -> None:
+    """With a 20-frame limit, up to 30 NOOPs end the game: both start it again and go on."""
+    base = gymnasium.make("ALE/Pong-v5", frameskip=1, max_num_frames_per_episode=20)
+    reference = FrameStackObservation(AtariPreprocessing(base, noop_max=30), 2)
+    env = AtariEnvironment(
+        {
+            "obs_type": "grayscale",
+            "img_height": 84,
+            "img_width": 84,
+            "stack_num": 2,
+            "maxpool": True,
+            "noop_max": 30,
+            "max_num_frames_per_episode": 20,
+        }
+    )
+    for seed in (0, 1, 2, 3, None, None, 4):
+        want_obs, want_info = reference.reset(seed=seed)
+        got = env.reset(seed=seed)
+        np.testing.assert_array_equal(got.obs, want_obs)
+        assert_same_info(got.info, want_info, f"seed {seed}")
+        if seed == 0:  # seed 0 draws 22 NOOPs: 20, a new game, 2 more
+            assert got.info["episode_frame_number"] == 2
+        for action in (0, 1, 2):
+            obs, reward, terminated, truncated, info = reference.step(action)
+            result = env.step(action)
+            np.testing.assert_array_equal(result.obs, obs)
+            assert (result.reward, result.terminated, result.truncated) == (
+                reward,
+                terminated,
+                truncated,
+            )
+            assert_same_info(result.info, info, f"seed {seed}")
