@@ -50,8 +50,6 @@ from .config import DEFAULT_CONFIG, PREPROCESSING_KEYS
 
 __all__ = ["Preprocessing", "Preprocessor"]
 
-_NATIVE = (210, 160)
-
 
 @dataclass(frozen=True, slots=True)
 class Preprocessing:
