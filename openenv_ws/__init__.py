@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import errors
 from .errors import *  # noqa: F403 - every error of the tree, as errors.__all__ lists them
 from .protocol import PROTOCOL_VERSION
 
 __version__ = "0.1.0"
 
-#: The version, the protocol version and every error of the one exception tree.
-__all__ = ["PROTOCOL_VERSION", "__version__"]
+#: The version, the protocol version, the vector-session client and every error
+#: of the one exception tree.
+__all__ = ["PROTOCOL_VERSION", "VectorSessionClient", "__version__"]
 __all__ += errors.__all__
+
+if TYPE_CHECKING:
+    from .client.vsession import VectorSessionClient
+
+
+def __getattr__(name: str) -> Any:
+    # The client is imported when first named: ``import openenv_ws`` (a server,
+    # a worker) does not load the clients.
+    if name == "VectorSessionClient":
+        from .client.vsession import VectorSessionClient
+
+        return VectorSessionClient
+    raise AttributeError(f"module 'openenv_ws' has no attribute {name!r}")

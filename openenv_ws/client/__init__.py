@@ -7,6 +7,7 @@ from .async_ import AsyncEnvClient
 from .http import HTTPEnvClient
 from .sync import EnvClient
 from .vector import VectorEnvClient
+from .vsession import VectorSessionClient
 
 __all__ = [
     "DEFAULT",
@@ -15,4 +16,5 @@ __all__ = [
     "HTTPEnvClient",
     "StepResult",
     "VectorEnvClient",
+    "VectorSessionClient",
 ]

@@ -14,7 +14,9 @@ __all__ = [
     "Arrival",
     "Batcher",
     "StepBatch",
+    "action_array",
     "action_list",
+    "env_id_list",
     "final_infos",
     "seeds_for",
     "stack_infos",
@@ -182,8 +184,54 @@ def action_list(actions: Any, n: int) -> list[Any]:
             acts = None
         got = (len(acts),) if acts is not None else type(actions).__name__
     if acts is None or len(acts) != n:
-        raise ValueError(
-            f"actions must have shape ({n},), one action per env (a sequence or an array "
-            f"with a first axis of {n}); got {got}"
-        )
+        raise _shape_error(n, got)
     return acts  # type: ignore[no-any-return]
+
+
+def _shape_error(n: int, got: Any) -> ValueError:
+    return ValueError(
+        f"actions must have shape ({n},), one action per env (a sequence or an array "
+        f"with a first axis of {n}); got {got}"
+    )
+
+
+def action_array(actions: Any, n: int) -> Array:
+    """`actions` as a 1-d array of `n` integer actions, one per env, as sent on the wire.
+
+    An integer array of shape ``(n,)`` is used as it is; a sequence of ints
+    becomes one.
+
+    Raises:
+        ValueError: not `n` actions (the message names the shape ``(n,)``), or
+            actions that are not integers (floats, bools, objects).
+    """
+    if type(actions) is np.ndarray:
+        arr: Array = actions
+    else:
+        try:
+            arr = np.asarray(actions)
+        except (TypeError, ValueError):  # ragged nesting
+            raise _shape_error(n, type(actions).__name__) from None
+    if arr.shape != (n,):
+        raise _shape_error(n, arr.shape if arr.ndim else type(actions).__name__)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(
+            f"actions must be integers (an array of an integer dtype or a list of ints, "
+            f"shape ({n},)); got dtype {arr.dtype.name}"
+        )
+    return arr
+
+
+def env_id_list(env_ids: Any, n: int) -> list[int]:
+    """`env_ids` (a sequence or an integer array) as a list of distinct env ids in [0, n).
+
+    Raises:
+        ValueError: an id that is not an integer in range, or one given twice.
+    """
+    ids = env_ids.tolist() if isinstance(env_ids, np.ndarray) else list(env_ids)
+    for i in ids:
+        if type(i) is not int or not 0 <= i < n:
+            raise ValueError(f"env id {i!r} is not an integer in [0, {n})")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"env ids {ids} repeat an env; name each env once")
+    return ids

@@ -23,7 +23,14 @@ import numpy as np
 
 from .. import palette as palette_mod
 from .._hosts import is_loopback
-from .._shm import EXT_SHARED, ClientRegion, readonly_copy, shared_memory_supported
+from .._shm import (
+    DEFAULT_SIZE,
+    EXT_SHARED,
+    MAX_SIZE,
+    ClientRegion,
+    readonly_copy,
+    shared_memory_supported,
+)
 from .._shm import HEADER as SHM_HEADER
 from ..environment import ArraySpec, EnvSpec
 from ..errors import AuthError, OpenEnvError, ProtocolError, RemoteEnvError, SessionClosed
@@ -63,6 +70,13 @@ TOKEN_ENV = "OPENENV_WS_TOKEN"
 # Fatal errors the server sends on its own (id nil): the session ends, no request failed.
 logger = logging.getLogger("openenv_ws.client")
 _SESSION_ENDINGS = frozenset({"idle_timeout", "shutting_down"})
+# Shared region bytes a vector session offers per env: two batches of 84x84x4
+# frame stacks or of 210x160 RGB frames, with room to spare.
+_REGION_PER_ENV = 1 << 20
+
+
+def _in_place(view: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return view
 
 
 def on_this_host(url: str) -> bool:
@@ -126,9 +140,11 @@ class ClientCore:
         "_indexed",
         "_next_id",
         "_offer",
+        "batch_size",
         "closed_error",
         "config",
         "max_frame_size",
+        "num_envs",
         "palette",
         "resume_token",
         "session_id",
@@ -169,6 +185,11 @@ class ClientCore:
         self.want_delta = False
         #: Decompresses the session's observations when the server chose a codec.
         self.unpacker: ObsUnpacker | None = None
+        #: A vector session's ``open`` fields (SPEC section 21); None: a single session.
+        #: Its batches are copied into the client's buffer as they are decoded, so
+        #: arrays in the shared region are handed over in place, not copied.
+        self.num_envs: int | None = None
+        self.batch_size: int | None = None
 
     def offer_compression(
         self, url: str, compression: str | Sequence[str] | None, delta: bool
@@ -187,11 +208,13 @@ class ClientCore:
     def _set_hook(self) -> None:
         """The extension hook for what the session has: a shared region, a codec."""
         shared = self.shared
-        hook = (
-            ext_hook
-            if shared is None
-            else shared_ext_hook(shared, self._from_region if self._indexed is not None else None)
-        )
+        hook: Callable[[int, bytes], Any]
+        if shared is None:
+            hook = ext_hook
+        elif self.num_envs is not None:
+            hook = shared_ext_hook(shared, _in_place)
+        else:
+            hook = shared_ext_hook(shared, self._from_region if self._indexed is not None else None)
         if self.unpacker is not None:
             hook = compressed_ext_hook(self.unpacker, hook)
         self._ext_hook = hook
@@ -206,8 +229,10 @@ class ClientCore:
             return
         if not on_this_host(url):
             return
+        # Two batches of vector observations fit (the two halves of the region).
+        size = DEFAULT_SIZE if self.num_envs is None else self.num_envs * _REGION_PER_ENV
         try:
-            self.shared = ClientRegion()
+            self.shared = ClientRegion(min(max(size, DEFAULT_SIZE), MAX_SIZE))
         except OSError as exc:  # out of descriptors or memory: the socket still works
             logger.debug("no shared region for observations: %s", exc)
             return
@@ -251,6 +276,8 @@ class ClientCore:
             palette=self.want_palette and not resume,
             compress=[] if resume else self._offer,
             delta=self.want_delta and not resume,
+            num_envs=None if resume else self.num_envs,
+            batch_size=None if resume else self.batch_size,
         )
 
     def reset_frame(
@@ -402,7 +429,7 @@ class ClientCore:
             int(np.prod(obs.shape, dtype=object)) * np.dtype(obs.dtype).itemsize
             if isinstance(obs, ArraySpec)
             else self.max_frame_size
-        )
+        ) * (self.num_envs or 1)  # a vector session's batch: one observation per env
         return ObsUnpacker(frame.compress, frame.delta, limit)
 
     @staticmethod
