@@ -115,14 +115,11 @@ class SerialVectorEnvironment(VectorEnvironment):
             result = env.step(action)
             rewards[i] = result.reward
             if result.done:
-                if self.autoreset_mode == "same_step":
+                if self.autoreset_mode == "same_step":  # the row shows the new episode
                     final[i] = result
+                    fresh = env.reset()
                     result = EnvResult(
-                        env.reset().obs,
-                        result.reward,
-                        result.terminated,
-                        result.truncated,
-                        result.info,
+                        fresh.obs, result.reward, result.terminated, result.truncated, fresh.info
                     )
                 else:
                     self._ended[i] = True

@@ -87,6 +87,7 @@ def test_same_step_mode_carries_the_final_observation() -> None:
     final = single.step(1)
     assert np.array_equal(last.info["final_obs"][0], final.obs)
     assert np.array_equal(last.obs[0], single.reset().obs)
+    assert last.info["step"].tolist() == [0, 0]  # the new episode's info, as Gymnasium's
 
 
 @pytest.mark.parametrize(
