@@ -27,6 +27,7 @@ from openenv_ws.environment import (
     DiscreteSpec,
     EnvSpec,
     VectorEnvironment,
+    check_batch_obs,
 )
 from openenv_ws.errors import EnvConfigError
 
@@ -131,16 +132,17 @@ class AtariVectorEnvironment(VectorEnvironment):
         self.num_envs = num_envs
         self.batch_size = batch_size
         self.autoreset_mode = cfg["autoreset_mode"]
-        self._engine = AtariVectorEnv(num_envs=num_envs, batch_size=batch_size, **kwargs)
         self._squeeze = cfg["stack_num"] == 1
-        self._paddles = np.ones(batch_size, np.float32)
-        # Row of each env in the last batch (the order the engine applies actions in).
-        self._rows = np.zeros(num_envs, np.intp)
-        actions = list(self._engine.ale.get_action_set())
         frame: tuple[int, ...] = (kwargs["img_height"], kwargs["img_width"])
         if not kwargs["grayscale"]:
             frame += (3,)
         shape = frame if self._squeeze else (cfg["stack_num"], *frame)
+        check_batch_obs(num_envs, shape, 1)
+        self._engine = AtariVectorEnv(num_envs=num_envs, batch_size=batch_size, **kwargs)
+        self._paddles = np.ones(batch_size, np.float32)
+        # Row of each env in the last batch (the order the engine applies actions in).
+        self._rows = np.zeros(num_envs, np.intp)
+        actions = list(self._engine.ale.get_action_set())
         self._spec = EnvSpec(
             action=DiscreteSpec(len(actions), tuple(_ACTION_NAMES[a] for a in actions)),
             observation=ArraySpec(shape, "uint8", 0, 255),

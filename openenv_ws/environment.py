@@ -19,6 +19,7 @@ from .errors import InvalidState
 
 __all__ = [
     "AUTORESET_MODES",
+    "MAX_BATCH_OBS_BYTES",
     "ArraySpec",
     "BatchResult",
     "DiscreteSpec",
@@ -28,6 +29,7 @@ __all__ = [
     "Environment",
     "VectorEnvironment",
     "VectorFactory",
+    "check_batch_obs",
 ]
 
 
@@ -202,6 +204,31 @@ class Environment(abc.ABC):
 
 #: The values of a vector session's ``autoreset_mode`` config key (SPEC section 21).
 AUTORESET_MODES = ("next_step", "same_step")
+
+
+#: Most bytes the observations of one batch of a vector session may take
+#: (``num_envs`` observations): an engine holds at least that much per session.
+MAX_BATCH_OBS_BYTES = 256 << 20
+
+
+def check_batch_obs(num_envs: int, shape: Sequence[int], itemsize: int) -> None:
+    """Refuse a vector session whose batch of observations would exceed
+    :data:`MAX_BATCH_OBS_BYTES`, before anything is built.
+
+    Raises:
+        EnvConfigError: naming the sizes and what to lower.
+    """
+    from .errors import EnvConfigError
+
+    one = itemsize
+    for side in shape:
+        one *= side
+    if num_envs * one > MAX_BATCH_OBS_BYTES:
+        raise EnvConfigError(
+            f"{num_envs} observations of shape {list(shape)} take {num_envs * one} bytes, above "
+            f"the limit of {MAX_BATCH_OBS_BYTES} bytes for one batch; lower num_envs or the "
+            "observation size (img_height, img_width, stack_num)"
+        )
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from ..environment import (
     EnvResult,
     EnvSpec,
     VectorEnvironment,
+    check_batch_obs,
 )
 from ..errors import EnvConfigError
 
@@ -76,7 +77,11 @@ class SerialVectorEnvironment(VectorEnvironment):
         self.envs: list[Environment] = []
         try:
             for _ in range(num_envs):
-                self.envs.append(factory(dict(config)))
+                env = factory(dict(config))
+                self.envs.append(env)
+                if len(self.envs) == 1:  # before building the others
+                    obs = env.spec.observation
+                    check_batch_obs(num_envs, obs.shape, np.dtype(obs.dtype).itemsize)
         except BaseException:
             self.close()
             raise

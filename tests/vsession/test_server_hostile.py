@@ -109,6 +109,15 @@ def _refused(ws: Wire, frame: Any, code: str, words: Sequence[str] = ()) -> Erro
             ["autoreset_mode"],
         ),
         (Open(id=5, config={"game": "pongg"}, num_envs=2), "bad_config", ["pong"]),
+        (
+            Open(
+                id=5,
+                config={**PONG, "img_height": 1024, "img_width": 1024, "stack_num": 16},
+                num_envs=16,
+            ),
+            "bad_config",
+            ["805306368 bytes", "lower num_envs"],
+        ),
     ],
 )
 def test_bad_opens(

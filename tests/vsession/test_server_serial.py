@@ -104,6 +104,16 @@ def test_refused_opens(frame: Open, code: str, words: str) -> None:
     assert isinstance(got, Error) and got.code == code and words in got.message, got
 
 
+def test_batch_observation_bytes_are_bounded() -> None:
+    session = _session(max_envs=100)
+    got = _ask(session, Open(id=1, num_envs=65, config={"obs_shape": [4096, 1024]}))
+    assert isinstance(got, Error) and got.code == "bad_config", got
+    assert "above the limit of 268435456 bytes for one batch" in got.message
+    assert isinstance(
+        _ask(session, Open(id=2, num_envs=64, config={"obs_shape": [4096, 1024]})), Opened
+    )
+
+
 def test_each_env_counts_toward_max_sessions() -> None:
     registry = SessionRegistry(ServerLimits(max_sessions=5))
     four = _session(registry)
