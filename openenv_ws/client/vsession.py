@@ -165,6 +165,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
         self._terminations: Array = np.zeros(size, np.bool_)
         self._truncations: Array = np.zeros(size, np.bool_)
         self._in_order: Array = np.arange(size, dtype=np.int32)
+        self._in_order_bytes = self._in_order.tobytes()
 
     def _check_opened(self) -> None:
         spec = self.spec
@@ -341,13 +342,21 @@ class VectorSessionClient(SocketSession, SessionFacts):
         """The arrays of a ``batch`` reply: rows put in env order if `by_env`."""
         if type(frame) is not Batch:
             raise ProtocolError(f"expected a 'batch' reply in a vector session, got '{frame.OP}'")
-        ids, columns = frame.env_id, (frame.reward, frame.terminated, frame.truncated)
-        assert ids is not None and not any(c is None for c in columns)  # (the decoder checks)
+        ids, reward, terminated, truncated = (
+            frame.env_id,
+            frame.reward,
+            frame.terminated,
+            frame.truncated,
+        )
+        # (the decoder checked them: 1-d arrays of one row per env)
+        assert ids is not None and reward is not None
+        assert terminated is not None and truncated is not None
+        columns = (reward, terminated, truncated)
         rows = self.num_envs if by_env else self.batch_size
         if len(ids) != rows:
             raise ProtocolError(f"the server sent a batch of {len(ids)} rows, not {rows}")
         order: Array | None = None
-        if by_env and not np.array_equal(ids, self._in_order):
+        if by_env and ids.tobytes() != self._in_order_bytes:  # (the int32 wire column)
             if not np.array_equal(np.sort(ids), self._in_order):
                 raise ProtocolError(f"the batch's env ids {ids.tolist()} are not each env once")
             order = ids
@@ -358,7 +367,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
             out = tuple(np.empty(rows, a.dtype) for a in out)  # type: ignore[assignment]
         for target, column in zip(out, columns, strict=True):
             if order is None:
-                np.copyto(target, column)  # type: ignore[arg-type]
+                np.copyto(target, column)
             else:
                 target[order] = column
         infos = _rows(frame.info, order, copy)

@@ -182,11 +182,12 @@ def _int_rows(name: str, v: Any) -> Any:
 def _rows(dtype: str) -> Check:
     """A check that the value is a 1-d array of exactly `dtype` (a ``batch`` column)."""
     want = f"a 1-d array of {dtype}"
+    exact = np.dtype(dtype)  # (compared as a dtype: its name is slow to compute)
 
     def check(name: str, v: Any) -> Any:
         if type(v) is not np.ndarray:
             raise _bad(name, want, v)
-        if v.ndim != 1 or v.dtype.name != dtype:
+        if v.ndim != 1 or v.dtype != exact:
             raise ProtocolError(
                 f"field '{name}' must be {want}, got an array of {v.dtype.name} "
                 f"and shape {list(v.shape)}",
