@@ -7,10 +7,17 @@ Existing RL code runs unchanged against a server::
     env = RemoteEnv("ws://127.0.0.1:8000", config={"game": "pong", "frameskip": 1})
     env = gymnasium.make("openenv_ws/Remote-v0", url="ws://...", config={...})  # the same
     env = gymnasium.wrappers.AtariPreprocessing(env)      # needs frameskip=1 on the server
+    # or the server preprocesses: config={"game": "pong", "obs_type": "grayscale",
+    #   "img_height": 84, "img_width": 84, "stack_num": 4, "noop_max": 30, ...}
 
     envs = RemoteVectorEnv("ws://127.0.0.1:8000", 16, config={"game": "pong"})
     envs = gymnasium.make_vec("openenv_ws/Remote-v0", 16, url="ws://...", config={...})  # the same
     obs, infos = envs.reset(seed=0)
+
+A vector env is one vector session: the server steps its envs together
+(Atari: on ale-py's threaded ``AtariVectorEnv``) and answers with one batch.
+``session="per_env"`` opens one session per env instead (for several
+servers, per-env configs or ``autoreset_mode="disabled"``).
 
 The id exists once this module is imported. Gymnasium 1.x loads no plugin
 entry points, so without an import spell it ``"openenv_ws.gym:openenv_ws/Remote-v0"``:
@@ -39,12 +46,22 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from .client import VectorEnvClient, VectorSessionClient
+from .client._batch import mask_infos
 from .client.sync import EnvClient
-from .client.vector import VectorEnvClient
 from .environment import ArraySpec, DiscreteSpec, EnvSpec
 from .errors import EnvConfigError, InvalidState
 
-__all__ = ["ENV_ID", "RemoteEnv", "RemoteVectorEnv", "space_from_spec"]
+__all__ = [
+    "ENV_ID",
+    "SESSIONS",
+    "RemoteEnv",
+    "RemoteVectorEnv",
+    "client_seed",
+    "is_rgb",
+    "open_vector_client",
+    "space_from_spec",
+]
 
 # VectorEnvClient's names of the autoreset modes (it also takes Gymnasium's).
 _AUTORESET_MODES = {
@@ -54,6 +71,10 @@ _AUTORESET_MODES = {
 }
 
 _NOT_RGB = "render_mode='rgb_array' needs RGB image observations; this session sends {}"
+
+#: How a vector env reaches its envs: ``"vector"``, one vector session on one server
+#: (SPEC section 21), or ``"per_env"``, one session per env.
+SESSIONS = ("vector", "per_env")
 
 #: Registered Gymnasium id: ``gymnasium.make(ENV_ID, url=..., config=...)`` makes a :class:`RemoteEnv`.
 ENV_ID = "openenv_ws/Remote-v0"
@@ -149,9 +170,9 @@ class RemoteEnv(gymnasium.Env[np.ndarray, Any]):
         self.spec_extra: Mapping[str, Any] = spec.extra
         self.action_space = space_from_spec(spec.action)
         self.observation_space = space_from_spec(spec.observation)
-        is_rgb = _is_rgb(spec.observation)
-        self.metadata = {**self.metadata, "render_modes": ["rgb_array"] if is_rgb else []}
-        if render_mode is not None and not is_rgb:
+        rgb = is_rgb(spec.observation)
+        self.metadata = {**self.metadata, "render_modes": ["rgb_array"] if rgb else []}
+        if render_mode is not None and not rgb:
             self.client.close()
             raise EnvConfigError(_NOT_RGB.format(spec.observation))
         self._last_obs: np.ndarray[Any, Any] | None = None
@@ -202,19 +223,26 @@ class RemoteEnv(gymnasium.Env[np.ndarray, Any]):
 
 
 class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
-    """Remote sessions as a ``gymnasium.vector.VectorEnv``, over :class:`VectorEnvClient`.
+    """Remote envs as a ``gymnasium.vector.VectorEnv``: one vector session, or one session per env.
 
     Args:
-        urls: one server URL or several (env ``i`` uses ``urls[i % len(urls)]``).
-        num_envs: number of sessions (default: one per URL).
-        config: the configuration of every session (or ``configs``, one per env).
+        urls: the server's URL (several only with ``session="per_env"``: env
+            ``i`` uses ``urls[i % len(urls)]``).
+        num_envs: number of envs (default: one per URL).
+        config: the configuration of every env (or, with ``session="per_env"``,
+            ``configs``, one per env).
         autoreset_mode: a ``gymnasium.vector.AutoresetMode`` or its value
-            (``"next_step"``, the default; ``"same_step"``; ``"disabled"``, then
-            reset ended envs with ``reset(options={"reset_mask": mask})``).
+            (``"next_step"``, the default; ``"same_step"``; with
+            ``session="per_env"`` also ``"disabled"``, then reset ended envs
+            with ``reset(options={"reset_mask": mask})``).
+        session: ``"vector"`` (default): one vector session steps all envs on
+            the server (:class:`~openenv_ws.client.VectorSessionClient`;
+            Atari: ale-py's threaded vector engine); ``"per_env"``: one session
+            per env (:class:`~openenv_ws.client.VectorEnvClient`).
         render_mode: None or ``"rgb_array"`` (each env's last observation, for
             RGB image observations).
-        **client_kwargs: passed to :class:`VectorEnvClient` (``token``,
-            ``timeout``, ``busy_poll``, ``copy``, ...).
+        **client_kwargs: passed to the client (``token``, ``timeout``,
+            ``busy_poll``, ``copy``, ...).
 
     The client stays reachable as ``.client`` for EnvPool-style
     ``send``/``recv``.
@@ -228,14 +256,16 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         config: Mapping[str, Any] | None = None,
         configs: Sequence[Mapping[str, Any]] | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        session: str = "vector",
         render_mode: str | None = None,
         **client_kwargs: Any,
     ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self.client = VectorEnvClient(
+        self.client = open_vector_client(
             urls,
             num_envs,
+            session=session,
             config=config,
             configs=configs,
             autoreset_mode=autoreset_mode,
@@ -243,11 +273,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         )
         self.num_envs = self.client.num_envs
         spec = self.client.spec
-        is_rgb = _is_rgb(spec.observation)
+        rgb = is_rgb(spec.observation)
         mode = _AUTORESET_MODES[self.client.autoreset_mode]
-        self.metadata = {"render_modes": ["rgb_array"] if is_rgb else [], "autoreset_mode": mode}
+        self.metadata = {"render_modes": ["rgb_array"] if rgb else [], "autoreset_mode": mode}
         self.render_mode = render_mode
-        if render_mode is not None and not is_rgb:
+        if render_mode is not None and not rgb:
             self.client.close()
             raise EnvConfigError(_NOT_RGB.format(spec.observation))
         self._last_obs: np.ndarray[Any, Any] | None = None
@@ -263,6 +293,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             "url": urls,
             **{k: v for k, v in given.items() if v is not None},
             "autoreset_mode": mode.value,
+            "session": session,
             **{k: v for k, v in client_kwargs.items() if k != "token"},
             "num_envs": self.num_envs,
             "vectorization_mode": "vector_entry_point",
@@ -280,9 +311,15 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         rest = dict(options or {})
         mask = rest.pop("reset_mask", None)
         env_ids = None if mask is None else np.flatnonzero(np.asarray(mask, np.bool_))
-        if env_ids is not None and isinstance(seed, list) and len(seed) == self.num_envs:
-            seed = [seed[i] for i in env_ids]
-        obs, infos = self.client.reset(seed=seed, options=rest, env_ids=env_ids)
+        seeds = client_seed(self.client, seed)  # a list only for one session per env
+        if env_ids is not None and isinstance(seeds, list) and len(seeds) == self.num_envs:
+            seeds = [seeds[i] for i in env_ids]
+        obs, infos = self.client.reset(seed=seeds, options=rest, env_ids=env_ids)
+        if isinstance(self.client, VectorSessionClient):
+            # Every row of the batch, as untouched envs are; Gymnasium's infos are the reset's.
+            reset = None if env_ids is None else np.isin(np.arange(self.num_envs), env_ids)
+            infos = mask_infos(infos, self.num_envs, reset)
+            infos.pop("env_id")  # rows are in env order, as in Gymnasium's vector envs
         self._last_obs = obs
         return obs, infos
 
@@ -305,6 +342,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             ValueError: ``actions`` does not have shape ``(num_envs, ...)``.
         """
         obs, rewards, terminations, truncations, infos = self.client.step(actions)
+        if isinstance(self.client, VectorSessionClient):
+            infos = mask_infos(infos, self.num_envs)
+            infos.pop("env_id")
         self._last_obs = obs
         return obs, rewards, terminations, truncations, infos
 
@@ -316,6 +356,84 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.client.close()
+
+
+def open_vector_client(
+    urls: str | Sequence[str],
+    num_envs: int | None = None,
+    *,
+    session: str = "vector",
+    config: Mapping[str, Any] | None = None,
+    configs: Sequence[Mapping[str, Any]] | None = None,
+    autoreset_mode: Any = "next_step",
+    **client_kwargs: Any,
+) -> VectorSessionClient | VectorEnvClient:
+    """The client of a vector env: one vector session, or one session per env.
+
+    Args:
+        session: one of :data:`SESSIONS`; the other arguments are those of
+            :class:`RemoteVectorEnv`.
+
+    Raises:
+        ValueError: an unknown `session`, or what one vector session cannot
+            be (on several servers, with per-env configs, without autoreset).
+    """
+    if session == "per_env":
+        return VectorEnvClient(
+            urls,
+            num_envs,
+            config=config,
+            configs=configs,
+            autoreset_mode=autoreset_mode,
+            **client_kwargs,
+        )
+    if session != "vector":
+        raise ValueError(
+            f"session must be one of {', '.join(map(repr, SESSIONS))}, got {session!r}"
+        )
+    url_list = [urls] if isinstance(urls, str) else list(urls)
+    mode = str(getattr(autoreset_mode, "value", autoreset_mode)).lower()
+    why = (
+        f"{len(url_list)} URLs were given"
+        if len(url_list) != 1
+        else "per-env configs were given"
+        if configs is not None
+        else "autoreset_mode='disabled' was asked for"
+        if mode == "disabled"
+        else None
+    )
+    if why is not None:
+        raise ValueError(
+            f"one vector session lives on one server, with one config and autoreset; {why}: "
+            "pass session='per_env' for one session per env"
+        )
+    n = 1 if num_envs is None else num_envs
+    return VectorSessionClient(
+        url_list[0], n, config=config, autoreset_mode=autoreset_mode, **client_kwargs
+    )
+
+
+def client_seed(
+    client: VectorSessionClient | VectorEnvClient, seed: int | Sequence[int | None] | None
+) -> Any:
+    """`seed` as `client`'s ``reset`` takes it: a vector session takes one int
+    (env ``i`` gets ``seed + i``), so one seed per env must be of that form.
+
+    Raises:
+        ValueError: per-env seeds a vector session cannot take.
+    """
+    if seed is None or isinstance(seed, int | np.integer) or isinstance(client, VectorEnvClient):
+        return seed
+    seeds = list(seed)
+    first = seeds[0] if seeds else None
+    if all(s is None for s in seeds):
+        return None
+    if first is not None and seeds == [first + i for i in range(len(seeds))]:
+        return first
+    raise ValueError(
+        f"a vector session seeds env i with seed + i, and the seeds {seeds} are not of "
+        "that form; pass one int, or session='per_env' for seeds of your own"
+    )
 
 
 def _vector_entry_point(
@@ -335,7 +453,8 @@ def _vector_entry_point(
     return RemoteVectorEnv(url, num_envs, **kwargs)
 
 
-def _is_rgb(spec: DiscreteSpec | ArraySpec) -> bool:
+def is_rgb(spec: DiscreteSpec | ArraySpec) -> bool:
+    """Whether a spec is of RGB images, ``(H, W, 3)`` uint8 (what ``render()`` can show)."""
     return (
         isinstance(spec, ArraySpec)
         and len(spec.shape) == 3

@@ -18,6 +18,7 @@ __all__ = [
     "action_list",
     "env_id_list",
     "final_infos",
+    "mask_infos",
     "seeds_for",
     "stack_infos",
 ]
@@ -118,6 +119,30 @@ def final_infos(finals: Sequence[tuple[int, Any, dict[str, Any] | None]], n: int
         "final_info": stack_infos(ended),
         "_final_info": mask.copy(),
     }
+
+
+def mask_infos(infos: dict[str, Any], n: int, rows: Array | None = None) -> dict[str, Any]:
+    """Columns of `n` rows without masks (a vector session's) in Gymnasium's layout:
+    each key gets its ``_key`` mask, True for `rows` (a bool array; None: every row);
+    the other rows are emptied (0, None for objects) as Gymnasium leaves them.
+
+    Keys that have their mask already, and ``env_id``, are kept as they are.
+    """
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_") or "_" + key in infos or key == "env_id":
+            out[key] = value
+            continue
+        if isinstance(value, dict):
+            out[key] = mask_infos(value, n, rows)
+        elif rows is not None and not rows.all():
+            value = np.array(value)
+            value[~rows] = None if value.dtype == object else 0
+            out[key] = value
+        else:
+            out[key] = value
+        out["_" + key] = np.ones(n, np.bool_) if rows is None else rows.copy()
+    return out
 
 
 def _add_info(out: dict[str, Any], info: dict[str, Any], r: int, n: int) -> None:

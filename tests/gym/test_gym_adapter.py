@@ -29,6 +29,37 @@ def test_gymnasium_checker_passes(atari_server: ServerThread, obs_type: str) -> 
     env.close()
 
 
+PREPROCESSED = [
+    {"obs_type": "grayscale", "img_height": 84, "img_width": 84, "stack_num": 4},
+    {
+        "obs_type": "rgb",
+        "img_height": 64,
+        "img_width": 48,
+        "stack_num": 2,
+        "maxpool": True,
+        "noop_max": 30,
+        "episodic_life": True,
+        "reward_clipping": True,
+        "use_fire_reset": True,
+    },
+]
+
+
+@pytest.mark.parametrize("preprocessing", PREPROCESSED, ids=["gray84-stack4", "rgb-all"])
+def test_gymnasium_checker_passes_with_preprocessing(
+    atari_server: ServerThread, preprocessing: dict[str, object]
+) -> None:
+    config = {"game": "breakout", **preprocessing}
+    env = gymnasium.make(ENV_ID, url=atari_server.url, config=config).unwrapped
+    stack, height, width = (preprocessing[k] for k in ("stack_num", "img_height", "img_width"))
+    rgb = (3,) if preprocessing["obs_type"] == "rgb" else ()
+    assert env.observation_space == gymnasium.spaces.Box(
+        0, 255, (stack, height, width, *rgb), np.uint8
+    )
+    check_env(env)
+    env.close()
+
+
 def test_checker_passes_on_the_fake_environment(fake_server: ServerThread) -> None:
     env = gymnasium.make(ENV_ID, url=fake_server.url, config={"obs_shape": [3, 2]}).unwrapped
     assert env.action_space == gymnasium.spaces.Discrete(4)
@@ -102,11 +133,12 @@ def test_vector_env_equals_gymnasium_sync_vector_env(
         obs_type="ram",
         max_episode_steps=20,
     )
-    remote = RemoteVectorEnv(
+    remote = RemoteVectorEnv(  # one session per env, each an ale-py env like the local ones
         atari_server.url,
         n,
         config={"game": "breakout", "obs_type": "ram", "max_episode_steps": 20},
         autoreset_mode=mode,
+        session="per_env",
     )
     assert remote.metadata["autoreset_mode"] == mode
     assert remote.observation_space == local.observation_space
@@ -134,7 +166,11 @@ def test_vector_env_equals_gymnasium_sync_vector_env(
 
 def test_vector_env_reset_mask_in_disabled_mode(fake_server: ServerThread) -> None:
     envs = RemoteVectorEnv(
-        fake_server.url, 2, config={"episode_length": 1}, autoreset_mode="disabled"
+        fake_server.url,
+        2,
+        config={"episode_length": 1},
+        autoreset_mode="disabled",
+        session="per_env",  # a vector session always autoresets
     )
     envs.reset(seed=0)
     _, _, terms, _, _ = envs.step(np.array([1, 1]))

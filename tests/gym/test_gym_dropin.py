@@ -147,17 +147,23 @@ def test_info_layout_equals_gymnasium_add_info() -> None:
     _assert_same_infos(stack_infos(INFOS), want, "infos")
 
 
+@pytest.mark.parametrize("session", ["vector", "per_env"])
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
 def test_vector_env_contract_equals_sync_vector_env(
-    fake_server: ServerThread, mode: AutoresetMode
+    fake_server: ServerThread, mode: AutoresetMode, session: str
 ) -> None:
-    """Same sessions, same seeds and actions: the same arrays, dtypes, info layout and
-    final_obs/final_info as Gymnasium's SyncVectorEnv over single envs."""
+    """Same envs, same seeds and actions: the same arrays, dtypes, info layout and
+    final_obs/final_info as Gymnasium's SyncVectorEnv over single envs, for one vector
+    session (one config for all envs) and for one session per env."""
     url = fake_server.url
+    configs = CONFIGS if session == "per_env" else [CONFIGS[1]] * len(CONFIGS)
     want_env = SyncVectorEnv(
-        [functools.partial(RemoteEnv, url, config=c) for c in CONFIGS], autoreset_mode=mode
+        [functools.partial(RemoteEnv, url, config=c) for c in configs], autoreset_mode=mode
     )
-    got_env = RemoteVectorEnv(url, configs=CONFIGS, autoreset_mode=mode)
+    if session == "per_env":
+        got_env = RemoteVectorEnv(url, configs=configs, autoreset_mode=mode, session=session)
+    else:
+        got_env = RemoteVectorEnv(url, len(configs), config=configs[0], autoreset_mode=mode)
     assert got_env.metadata["autoreset_mode"] == want_env.metadata["autoreset_mode"]
     for name in ("single_observation_space", "single_action_space"):
         assert getattr(got_env, name) == getattr(want_env, name), name
@@ -176,8 +182,21 @@ def test_vector_env_contract_equals_sync_vector_env(
             g, w = np.asarray(got_step[k]), np.asarray(want_step[k])
             assert (g.dtype, g.shape) == (w.dtype, w.shape), (t, k)
             np.testing.assert_array_equal(g, w, err_msg=f"t={t} item {k}")
+        if session == "vector" and "final_info" in want_step[4]:
+            # A vector session's batch carries the ended envs' last observations, not the
+            # infos of their last steps (SPEC section 21): final_info has the masks only.
+            assert got_step[4]["final_info"] == {}
+            want_step[4]["final_info"] = {}
         _assert_same_infos(got_step[4], want_step[4], f"t={t}")
         finals += "final_info" in want_step[4]
+        if t == 4:  # a partial reset: the envs' episodes end on different steps from here
+            mask = np.array([True, False, False])
+            got, want = (
+                got_env.reset(options={"reset_mask": mask}),
+                want_env.reset(options={"reset_mask": mask.copy()}),
+            )
+            np.testing.assert_array_equal(got[0], want[0])
+            _assert_same_infos(got[1], want[1], "partial reset")
     assert finals >= 3 if mode == AutoresetMode.SAME_STEP else finals == 0
     got_env.close()
     want_env.close()
