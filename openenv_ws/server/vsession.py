@@ -168,6 +168,14 @@ class VectorSession(Environment):
                 actions = self._action_rows(action, self.num_envs)
                 return self._batch(session, rid, self.venv.step(actions), want_obs)
             case Reset(id=rid, seed=seed, options=options):
+                if self.pending is not None and self.batch_size != self.num_envs:
+                    # Steps are under way in the engine's threads: a reset now would race them.
+                    raise InvalidState(
+                        "an asynchronous vector session is reset once; its envs reset "
+                        "themselves when their episodes end (autoreset): go on with 'send', "
+                        "or open a new session to start over",
+                        code="unsupported",
+                    )
                 env_ids = self._reset_ids(options)
                 result = self.venv.reset(seed=seed, env_ids=env_ids)
                 self.resets += 1

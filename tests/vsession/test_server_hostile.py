@@ -148,7 +148,8 @@ def test_hostile_requests_in_an_async_session(server: ServerThread, bystanders: 
         others = sorted(set(range(4)) - set(ids))
         attacks: list[tuple[Any, str, list[str]]] = [
             (Step(id=10, action=[0, 0, 0, 0]), "unsupported", ["asynchronous", "send"]),
-            (Reset(id=11, options={"env_ids": [0]}), "unsupported", ["synchronous"]),
+            (Reset(id=11, options={"env_ids": [0]}), "unsupported", ["reset once"]),
+            (Reset(id=11, seed=3), "unsupported", ["reset once", "autoreset"]),
             (Send(id=12, action=[0, 0], env_ids=others), "invalid_action", ["previous batch"]),
             (Send(id=13, action=[0, 0], env_ids=[ids[0], ids[0]]), "invalid_action", ["repeated"]),
             (Send(id=14, action=[0, 0], env_ids=[ids[0], 99]), "invalid_action", ["previous"]),
@@ -166,7 +167,6 @@ def test_hostile_requests_in_an_async_session(server: ServerThread, bystanders: 
             (Snapshot(id=26), "unsupported", ["snapshot"]),
             (Restore(id=27, snapshot=b"x" * 64), "unsupported", ["restore"]),
             (Open(id=28, config=PONG, num_envs=2), "already_open", []),
-            (Reset(id=29, options={"env_ids": [0], "x": 1}), "bad_config", ["x"]),
         ]
         for frame, code, words in attacks:
             _refused(ws, frame, code, words)
@@ -183,6 +183,21 @@ def test_hostile_requests_in_an_async_session(server: ServerThread, bystanders: 
         after = ws.ok(Send(id=40, action=[1, 1], env_ids=ids[::-1]))
         assert after.env_id.shape == (2,)
         ws.ok(Send(id=41, action=[2, 2]))
+    bystanders.step()
+
+
+def test_async_session_resets_every_env_once(server: ServerThread, bystanders: Bystanders) -> None:
+    with wire(server.url) as ws:
+        ws.ok(Open(id=1, config={**PONG, "num_threads": 2}, num_envs=4, batch_size=2))
+        _refused(ws, Reset(id=2, options={"env_ids": [0]}), "unsupported", ["synchronous"])
+        _refused(ws, Send(id=3, action=[0, 0]), "not_reset", ["reset"])
+        first = ws.ok(Reset(id=4, seed=1))
+        for rid in range(5, 12):  # steps under way in the engine when the resets come
+            ws.ok(Send(id=rid, action=[0, 1]))
+            _refused(ws, Reset(id=100 + rid, seed=rid), "unsupported", ["reset once"])
+            bystanders.step()
+        assert first.env_id.shape == (2,)
+        assert ws.ok(Send(id=20, action=[1, 1])).env_id.shape == (2,)
     bystanders.step()
 
 
