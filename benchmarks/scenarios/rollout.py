@@ -312,6 +312,22 @@ REFERENCES = {
     "vs_async": "Gymnasium AsyncVectorEnv",
 }
 
+#: What a vector session should reach on a 2-core machine: column -> ratio.
+TARGETS = {"vs_atari": 0.9, "vs_envpool": 1.1, "vs_async": 1.5}
+
+
+def _verdict(cell: Cell, rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line: the vector session's best row against each target."""
+    ours = [r for label, r in rows.items() if "VectorSessionClient" in label]
+    best = max(ours, key=lambda r: r.get("steps_per_s") or 0.0)
+    parts = []
+    for key, target in TARGETS.items():
+        got = best.get(key)
+        seen = "n/a" if got is None else f"{got:.2f}x"
+        parts.append(f"{seen} {REFERENCES[key]} (target {target:g}x)")
+    where = f"{cell.setting.name}, N={cell.n}, vector session at its best ({best['path']})"
+    return f"{where}: {', '.join(parts)}"
+
 
 def _contenders(
     cell: Cell, urls: Mapping[int, str]
@@ -382,6 +398,7 @@ def run(ctx: Context) -> Section:
         our_server(placement, [*serve, "2"]) as two,
     ):
         urls = {1: one.url, 2: two.url}
+        verdicts: list[str] = []
         for cell in cells:
             rows = {}
             for label, batch, open_ in _contenders(cell, urls):
@@ -394,6 +411,7 @@ def run(ctx: Context) -> Section:
                 for key, ref in REFERENCES.items():
                     if row.get("steps_per_s") and rows[ref].get("steps_per_s"):
                         row[key] = row["steps_per_s"] / rows[ref]["steps_per_s"]
+            verdicts.append(_verdict(cell, rows))
     section.notes += [
         f"{game}, random actions (the same draws for every contender), sticky actions 0.25, "
         f"frameskip 4; a {opts.rollout_seconds:g} s window per row after a warm-up of a "
@@ -415,5 +433,6 @@ def run(ctx: Context) -> Section:
         "and send/recv with batch_size N/2). Targets on a 2-core machine: a vector session "
         "at 0.9x AtariVectorEnv or better, 1.1x EnvPool or better, 1.5x AsyncVectorEnv "
         "or better.",
+        *verdicts,
     ]
     return section
