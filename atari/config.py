@@ -25,6 +25,7 @@ __all__ = [
     "MAX_GAME_NAME",
     "MAX_IMAGE_SIDE",
     "MAX_NOOPS",
+    "MAX_OBS_BYTES",
     "MAX_STACK",
     "OBS_TYPES",
     "PREPROCESSING_KEYS",
@@ -86,6 +87,8 @@ MAX_IMAGE_SIDE = 1024
 MAX_STACK = 16
 #: Largest ``noop_max``: a reset plays up to that many frames (about 43 ms for 1,000).
 MAX_NOOPS = 1000
+#: Largest observation the screen options may ask for, in bytes (height x width x channels x stack).
+MAX_OBS_BYTES = 16 << 20
 
 #: The observation types, as ``obs_type`` names them.
 OBS_TYPES = ("rgb", "grayscale", "ram")
@@ -257,6 +260,16 @@ def _check_combination(config: Mapping[str, Any]) -> None:
                     f"option {key!r} applies to screen observations, but obs_type is 'ram'; "
                     f"leave {key!r} out or choose obs_type 'rgb' or 'grayscale'"
                 )
+    if config["obs_type"] != "ram":
+        channels = 3 if config["obs_type"] == "rgb" else 1
+        height, width = config["img_height"] or 210, config["img_width"] or 160
+        size = height * width * channels * config["stack_num"]
+        if size > MAX_OBS_BYTES:
+            raise EnvConfigError(
+                f"options img_height x img_width x stack_num ({height} x {width} x "
+                f"{config['stack_num']}, {channels} channel(s)) ask for {size:,}-byte "
+                f"observations; the most is {MAX_OBS_BYTES:,}"
+            )
     frameskip = config["frameskip"]
     fewest = frameskip if type(frameskip) is int else frameskip[0]
     if config["maxpool"] and fewest < 2:

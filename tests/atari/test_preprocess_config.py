@@ -42,6 +42,9 @@ def test_the_standard_recipe_is_accepted_as_given() -> None:
     assert {k: config[k] for k in recipe} == recipe
     assert normalize_config({"frameskip": [2, 5], "maxpool": True})["maxpool"] is True
     assert normalize_config({"obs_type": "ram", "stack_num": 4, "noop_max": 5})["stack_num"] == 4
+    # The largest observation allowed: 1024 x 1024 grayscale, 16 stacked.
+    big = {"obs_type": "grayscale", "img_height": 1024, "img_width": 1024, "stack_num": 16}
+    assert normalize_config(big)["stack_num"] == 16
 
 
 @pytest.mark.parametrize(
@@ -64,6 +67,10 @@ def test_the_standard_recipe_is_accepted_as_given() -> None:
         ({"obs_type": "ram", "img_height": 84}, ["'img_height'", "'ram'", "'grayscale'"]),
         ({"obs_type": "ram", "img_width": 84}, ["'img_width'", "'ram'"]),
         ({"obs_type": "ram", "maxpool": True}, ["'maxpool'", "'ram'"]),
+        (
+            {"img_height": 1024, "img_width": 1024, "stack_num": 6},
+            ["1024 x 1024 x 6", "3 channel(s)", "18,874,368", "16,777,216"],
+        ),
     ],
 )
 def test_bad_preprocessing_options_are_named(config: dict[str, Any], words: list[str]) -> None:
