@@ -29,16 +29,18 @@ from openenv_ws.environment import (
     VectorEnvironment,
     check_batch_obs,
 )
-from openenv_ws.errors import EnvConfigError
+from openenv_ws.errors import EnvConfigError, ProtocolError
 
 from .config import normalize_config
 
-__all__ = ["MAX_THREADS", "VECTOR_KEYS", "AtariVectorEnvironment", "vector_kwargs"]
+__all__ = ["MAX_SEED", "MAX_THREADS", "VECTOR_KEYS", "AtariVectorEnvironment", "vector_kwargs"]
 
 #: The options of vector sessions only (refused in a single session).
 VECTOR_KEYS = ("autoreset_mode", "num_threads")
 #: Largest ``num_threads`` (0: the engine's default, one per core).
 MAX_THREADS = 64
+#: Largest seed of an env: the engine's seeds are 32-bit signed integers.
+MAX_SEED = 2**31 - 1
 # AtariVectorEnv's names of the autoreset modes.
 _ENGINE_MODES = {"next_step": "NextStep", "same_step": "SameStep"}
 # Options a vector session cannot have, and why.
@@ -156,6 +158,13 @@ class AtariVectorEnvironment(VectorEnvironment):
     def reset(
         self, *, seed: int | None = None, env_ids: np.ndarray[Any, Any] | None = None
     ) -> BatchResult:
+        if seed is not None and seed + self.num_envs - 1 > MAX_SEED:
+            raise ProtocolError(
+                f"field 'seed' must be at most {MAX_SEED - self.num_envs + 1} in an Atari vector "
+                f"session of {self.num_envs} envs (env i is seeded seed + i, a 32-bit integer), "
+                f"got {seed}",
+                code="bad_request",
+            )
         options = None
         if env_ids is not None:
             mask = np.zeros(self.num_envs, np.bool_)

@@ -218,6 +218,9 @@ def test_hostile_requests_in_a_sync_session(server: ServerThread, bystanders: By
         ]:
             _refused(ws, Step(id=rid, action=action), code, words)
             bystanders.step()
+        for rid, seed in ((30, 2**31 - 2), (31, 2**64 - 1)):  # env 2 gets seed + 2
+            _refused(ws, Reset(id=rid, seed=seed), "bad_request", ["at most 2147483645"])
+        assert isinstance(ws.ok(Reset(id=32, seed=2**31 - 3)), Batch)
         for rid, ids, words in [
             (12, [3], ["env_ids", "0..2"]),
             (13, [0, 0], ["distinct"]),
