@@ -3,7 +3,11 @@ Atari recipe's shape (84x84 grayscale, 4 frames stacked), CNN policy, on CPU."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
+import pytest
+import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import VecMonitor
 
@@ -20,6 +24,17 @@ CONFIG = {
 NUM_ENVS, N_STEPS = 8, 256
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread: the server shares this process and the machine's cores, and
+    torch's threads waiting on each other there make the run several times longer."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_ppo_cnn_policy_runs_2048_steps(atari_server: ServerThread) -> None:
     """On one vector session (the adapter's default); tests/sb3/test_adapter.py checks
     that both kinds of session give SB3 what its own vector envs give."""
