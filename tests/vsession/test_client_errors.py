@@ -120,7 +120,13 @@ def test_asynchronous_session_refuses_step_and_partial_reset(atari: ServerThread
             envs.reset(env_ids=[0])
         with pytest.raises(ValueError, match=r"shape \(2,\)"):
             envs.send([0, 0, 0, 0])
-        envs.send(np.array([1, 1], np.int8))
+        # The server refuses an action outside the space at recv(); the envs of the
+        # last batch still await their actions.
+        envs.send([0, 99])
+        with pytest.raises(RemoteEnvError) as refused:
+            envs.recv()
+        assert refused.value.code == "invalid_action" and not envs.pending
+        envs.send(np.array([1, 1], np.int8), infos["env_id"][::-1])
         assert len(envs.recv()[1]) == 2
 
 
