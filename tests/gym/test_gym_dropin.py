@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
-from openenv_ws.client import VectorEnvClient
+from openenv_ws.client import VectorEnvClient, VectorSessionClient
 from openenv_ws.client._batch import stack_infos
 from openenv_ws.errors import EnvConfigError
 from openenv_ws.gym import ENV_ID, RemoteEnv, RemoteVectorEnv
@@ -47,6 +47,7 @@ def test_make_vec_uses_the_vector_entry_point(fake_server: ServerThread) -> None
         ENV_ID, num_envs=4, url=fake_server.url, config={"n_actions": 3}, autoreset_mode="same_step"
     )
     assert isinstance(envs, RemoteVectorEnv) and envs.num_envs == 4
+    assert isinstance(envs.client, VectorSessionClient)  # one vector session for the 4 envs
     assert envs.metadata == {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
     assert envs.spec is not None and envs.spec.id == ENV_ID
     assert envs.spec.kwargs["num_envs"] == 4
