@@ -35,7 +35,7 @@ PONG = {"game": "pong"}
 def server() -> Iterator[ServerThread]:
     from atari import atari_factory
 
-    limits = ServerLimits(max_sessions=64, max_envs=16)
+    limits = ServerLimits(max_sessions=64, max_envs=32)
     with ServerThread(create_app(atari_factory, limits=limits)) as running:
         yield running
 
@@ -83,7 +83,7 @@ def _refused(ws: Wire, frame: Any, code: str, words: Sequence[str] = ()) -> Erro
         (Open(id=5, config=PONG, num_envs=0), "bad_request", ["num_envs", "1..65536"]),
         (Open(id=5, config=PONG, num_envs=-1), "bad_request", ["num_envs", "-1"]),
         (Open(id=5, config=PONG, num_envs=10**9), "bad_request", ["num_envs"]),
-        (Open(id=5, config=PONG, num_envs=17), "bad_config", ["limit of 16", "--max-envs"]),
+        (Open(id=5, config=PONG, num_envs=33), "bad_config", ["limit of 32", "--max-envs"]),
         (Open(id=5, config=PONG, num_envs=4.0), "bad_request", ["num_envs", "float"]),  # type: ignore[arg-type]
         (Open(id=5, config=PONG, num_envs="4"), "bad_request", ["num_envs", "str"]),  # type: ignore[arg-type]
         (Open(id=5, config=PONG, num_envs=2, batch_size=3), "bad_request", ["batch_size"]),
@@ -112,11 +112,11 @@ def _refused(ws: Wire, frame: Any, code: str, words: Sequence[str] = ()) -> Erro
         (
             Open(
                 id=5,
-                config={**PONG, "img_height": 1024, "img_width": 1024, "stack_num": 16},
-                num_envs=16,
+                config={**PONG, "img_height": 1024, "img_width": 1024, "stack_num": 5},
+                num_envs=32,
             ),
             "bad_config",
-            ["805306368 bytes", "lower num_envs"],
+            ["503316480 bytes", "lower num_envs"],
         ),
     ],
 )
