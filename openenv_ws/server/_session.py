@@ -107,6 +107,10 @@ class ServerSession:
     has its requests served on a worker thread by
     :func:`openenv_ws.server._offload.call`; while one is (:attr:`busy`),
     closing it and replacing its shared region wait until that call returns.
+
+    An ``open`` with ``num_envs`` makes a vector session (SPEC section 21):
+    its environment is a :class:`~.vsession.VectorSession`, which answers
+    every request but ``open`` and ``close``; the step loop never sees it.
     """
 
     __slots__ = (
