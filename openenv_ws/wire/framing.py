@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - websockets built without its C extensi
 
 _native: Any
 try:
-    from .. import _wire as _native  # type: ignore[attr-defined, no-redef]
+    from .. import _wire as _native  # type: ignore[attr-defined, no-redef, unused-ignore]
 except ImportError:  # pragma: no cover - built without the C extensions
     _native = None
 

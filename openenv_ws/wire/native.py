@@ -27,7 +27,7 @@ __all__: list[str] = ["encode_result", "encode_step", "native_wire", "parse_step
 #: where the package was installed without a C compiler.
 native_wire: Any
 try:
-    from .. import _wire as native_wire  # type: ignore[attr-defined, no-redef]
+    from .. import _wire as native_wire  # type: ignore[attr-defined, no-redef, unused-ignore]
 except ImportError:
     native_wire = None
 else:
