@@ -12,6 +12,8 @@ project's (no preprocessing).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -108,6 +110,19 @@ def vector_kwargs(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return {**cfg, "autoreset_mode": mode, "num_threads": threads}, kwargs
 
 
+class _Engine:
+    """One synchronous ``AtariVectorEnv`` of a session: a block of consecutive env ids."""
+
+    __slots__ = ("base", "engine", "paddles", "rows")
+
+    def __init__(self, base: int, size: int, kwargs: Mapping[str, Any]) -> None:
+        self.base = base
+        self.engine = AtariVectorEnv(num_envs=size, batch_size=size, **kwargs)
+        self.paddles = np.ones(size, np.float32)
+        # Row of each env in the last batch (the order the engine applies actions in).
+        self.rows = np.arange(size, dtype=np.intp)
+
+
 class AtariVectorEnvironment(VectorEnvironment):
     """The envs of an Atari vector session on ``AtariVectorEnv``.
 
@@ -117,12 +132,24 @@ class AtariVectorEnvironment(VectorEnvironment):
     same-step mode ``final_obs`` in batches where an env ended, zero in the rows
     of the envs that did not) is passed on.
 
+    A synchronous session is one engine of ``num_envs`` envs. An asynchronous
+    one (``batch_size`` < ``num_envs``, which must divide it) is
+    ``num_envs / batch_size`` synchronous engines of ``batch_size`` envs each,
+    taken in turn: :meth:`send` starts a step of the engine whose batch was
+    answered last (the engine runs it in its threads, the GIL released) and
+    :meth:`recv` waits for the engine that has waited longest. While the
+    client works on one batch, the other engines step. ale-py's own
+    asynchronous mode is not used: in 0.12 it may never return an env's reset,
+    which would lose that env for the whole session. Each env's episode is the
+    same as in a synchronous session with the same seed and actions.
+
     Args:
         config: the session's config (see :func:`vector_kwargs`).
         num_envs, batch_size: the session's.
 
     Raises:
-        EnvConfigError: see :func:`vector_kwargs`.
+        EnvConfigError: see :func:`vector_kwargs`, or a ``batch_size`` that does
+            not divide ``num_envs``.
     """
 
     #: A step is bounded (at most 64 frames per env, in C++ threads): served inline.
@@ -130,6 +157,11 @@ class AtariVectorEnvironment(VectorEnvironment):
 
     def __init__(self, config: Mapping[str, Any], num_envs: int, batch_size: int) -> None:
         cfg, kwargs = vector_kwargs(config)
+        if num_envs % batch_size:
+            raise EnvConfigError(
+                f"batch_size {batch_size} must divide num_envs {num_envs} in an Atari vector "
+                "session (its envs step in blocks of batch_size, taken in turn)"
+            )
         self._config = cfg
         self.num_envs = num_envs
         self.batch_size = batch_size
@@ -140,11 +172,19 @@ class AtariVectorEnvironment(VectorEnvironment):
             frame += (3,)
         shape = frame if self._squeeze else (cfg["stack_num"], *frame)
         check_batch_obs(num_envs, shape, 1)
-        self._engine = AtariVectorEnv(num_envs=num_envs, batch_size=batch_size, **kwargs)
-        self._paddles = np.ones(batch_size, np.float32)
-        # Row of each env in the last batch (the order the engine applies actions in).
-        self._rows = np.zeros(num_envs, np.intp)
-        actions = list(self._engine.ale.get_action_set())
+        self._engines: list[_Engine] = []
+        try:
+            for base in range(0, num_envs, batch_size):
+                self._engines.append(_Engine(base, batch_size, kwargs))
+        except BaseException:
+            self.close()
+            raise
+        # The engine whose batch was answered last (its actions come next), and the
+        # others in the order their batches are due; a reset's batches wait in _held.
+        self._current = self._engines[0]
+        self._due: collections.deque[_Engine] = collections.deque()
+        self._held: dict[int, BatchResult] = {}
+        actions = list(self._current.engine.ale.get_action_set())
         self._spec = EnvSpec(
             action=DiscreteSpec(len(actions), tuple(_ACTION_NAMES[a] for a in actions)),
             observation=ArraySpec(shape, "uint8", 0, 255),
@@ -165,36 +205,61 @@ class AtariVectorEnvironment(VectorEnvironment):
                 f"got {seed}",
                 code="bad_request",
             )
+        self._drain()
         options = None
-        if env_ids is not None:
+        if env_ids is not None:  # synchronous sessions only: one engine
             mask = np.zeros(self.num_envs, np.bool_)
             mask[env_ids] = True
             options = {"reset_mask": mask}
-        obs, info = self._engine.reset(seed=seed, options=options)
-        rows = len(obs)
-        flags = np.zeros(rows, np.bool_)
-        return self._result(obs, np.zeros(rows), flags, flags.copy(), info)
+        for unit in self._engines:
+            obs, info = unit.engine.reset(
+                seed=None if seed is None else seed + unit.base, options=options
+            )
+            rows = len(obs)
+            flags = np.zeros(rows, np.bool_)
+            self._held[unit.base] = self._result(
+                unit, obs, np.zeros(rows), flags, flags.copy(), info
+            )
+        self._due.extend(self._engines)
+        return self._next()
 
     def send(self, actions: np.ndarray[Any, Any], env_ids: np.ndarray[Any, Any]) -> None:
-        # The engine gives each action to the env in the same row of the last batch.
+        unit = self._current
+        # The engine gives each action to the env in the same row of its last batch.
         in_rows = np.empty(self.batch_size, np.int64)
-        in_rows[self._rows[env_ids]] = actions
-        self._engine.ale.send(in_rows, self._paddles)
+        in_rows[unit.rows[env_ids - unit.base]] = actions
+        unit.engine.ale.send(in_rows, unit.paddles)
+        self._due.append(unit)
 
     def recv(self) -> BatchResult:
-        obs, reward, terminated, truncated, info = self._engine.ale.recv()
-        return self._result(obs, reward, terminated, truncated, info)
+        return self._next()
+
+    def _next(self) -> BatchResult:
+        unit = self._current = self._due.popleft()
+        held = self._held.pop(unit.base, None)
+        if held is not None:
+            return held
+        obs, reward, terminated, truncated, info = unit.engine.ale.recv()
+        return self._result(unit, obs, reward, terminated, truncated, info)
+
+    def _drain(self) -> None:
+        """Wait for the steps still running, so no engine is reset or closed mid-step."""
+        while self._due:
+            unit = self._due.popleft()
+            if self._held.pop(unit.base, None) is None:
+                unit.engine.ale.recv()
 
     def _result(
         self,
+        unit: _Engine,
         obs: np.ndarray[Any, Any],
         reward: np.ndarray[Any, Any],
         terminated: np.ndarray[Any, Any],
         truncated: np.ndarray[Any, Any],
         info: dict[str, Any],
     ) -> BatchResult:
-        env_id = info.pop("env_id")
-        self._rows[env_id] = np.arange(len(env_id))
+        local = info.pop("env_id")
+        unit.rows[local] = np.arange(len(local))
         final = info.get("final_obs")
         if final is not None:
             # The engine leaves the rows of envs that did not end undefined: zeros on the wire.
@@ -203,17 +268,14 @@ class AtariVectorEnvironment(VectorEnvironment):
             info["final_obs"] = final.squeeze(1) if self._squeeze else final
         if self._squeeze:
             obs = obs.squeeze(1)
-        return BatchResult(
-            obs,
-            reward.astype(np.float64),
-            terminated,
-            truncated,
-            env_id,
-            info,
-        )
+        env_id = local if unit.base == 0 else (local + unit.base).astype(np.int32)
+        return BatchResult(obs, reward.astype(np.float64), terminated, truncated, env_id, info)
 
     def state(self) -> dict[str, Any]:
         return {"config": dict(self._config), "game": self._config["game"]}
 
     def close(self) -> None:
-        self._engine.close()
+        with contextlib.suppress(Exception):
+            self._drain()
+        for unit in self._engines:
+            unit.engine.close()

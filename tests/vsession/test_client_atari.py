@@ -210,12 +210,60 @@ def test_async_session_never_loses_or_repeats_a_step(server: ServerThread) -> No
             obs, _, terms, truncs, infos = envs.recv()
             assert obs.shape == (batch, 210, 160, 3) and not envs.pending
             ids = take(infos, terms, truncs)
-    # More envs than a batch's took turns. (Not necessarily all of them: ale-py
-    # 0.12's engine at times never returns one env's reset in asynchronous mode,
-    # in process too; that env then takes no action, which the counts below allow.)
-    assert len(frames) > batch and set(frames) <= set(range(n)), (came, sent)
+    # Every env took turns, each from its reset on.
+    assert set(frames) == set(range(n)), (came, sent)
     # Every env came once for its reset, then once per action sent to it, except
     # the envs outside the last batch: their last action is still under way.
     for env in range(n):
         assert sent[env] == came[env] - 1 + (env not in ids), (env, sent[env], came[env])
     assert sum(sent.values()) == 130 * batch
+
+
+def test_async_session_plays_each_env_as_a_synchronous_engine(server: ServerThread) -> None:
+    """Each env of an asynchronous session, fed its own action sequence, goes through
+    exactly the frames of the same env in a synchronous in-process engine."""
+    n, batch, rounds = 6, 2, 90
+    rng = np.random.default_rng(5)
+    plan = rng.integers(0, 6, (n, rounds))  # env -> its actions, in order
+    got: dict[int, list[Any]] = {env: [] for env in range(n)}
+    with VectorSessionClient(
+        server.url, n, batch_size=batch, config={**RGB, "num_threads": 2}, timeout=60 * UNIT
+    ) as envs:
+        obs, infos = envs.reset(seed=11)
+        ids = infos["env_id"].tolist()
+        for row, env in enumerate(ids):
+            got[env].append((obs[row], 0.0, int(infos["frame_number"][row])))
+        taken = dict.fromkeys(range(n), 0)
+        for _ in range(rounds * n // batch - n // batch):
+            actions = [plan[env, taken[env]] for env in ids]
+            for env in ids:
+                taken[env] += 1
+            envs.send(np.array(actions), ids)
+            obs, rewards, _, _, infos = envs.recv()
+            ids = infos["env_id"].tolist()
+            for row, env in enumerate(ids):
+                got[env].append((obs[row], rewards[row], int(infos["frame_number"][row])))
+    steps = min(len(v) for v in got.values()) - 1
+    assert steps >= rounds - 2
+    want = engine("pong", n, "next_step", RGB_ENGINE)
+    try:
+        w_obs, w_infos = want.reset(seed=11)
+        for t in range(steps + 1):
+            if t:
+                w_obs, w_rewards, _, _, w_infos = want.step(plan[:, t - 1])
+            for env in range(n):
+                obs_t, reward_t, frame_t = got[env][t]
+                assert np.array_equal(obs_t, squeezed(w_obs)[env]), (env, t)
+                assert reward_t == (w_rewards[env] if t else 0.0), (env, t)
+                assert frame_t == int(w_infos["frame_number"][env]), (env, t)
+    finally:
+        want.close()
+
+
+def test_async_batch_size_must_divide_num_envs(server: ServerThread) -> None:
+    from openenv_ws.errors import RemoteEnvError
+
+    with pytest.raises(RemoteEnvError) as info:
+        VectorSessionClient(server.url, 6, batch_size=4, config=RGB, timeout=60 * UNIT)
+    assert info.value.code == "bad_config"
+    assert "batch_size 4 must divide num_envs 6" in str(info.value)
