@@ -26,6 +26,14 @@ _OPTION_NAMES = (
     "difficulty",
     "max_episode_steps",
     "max_num_frames_per_episode",
+    "img_height",
+    "img_width",
+    "stack_num",
+    "maxpool",
+    "noop_max",
+    "episodic_life",
+    "reward_clipping",
+    "use_fire_reset",
 )
 
 
@@ -86,8 +94,11 @@ class AtariEnv(_AtariWire, EnvClient[AtariObservation]):
 
     Keyword options are the Atari config (``game``, ``obs_type``, ``frameskip``,
     ``repeat_action_probability``, ``full_action_space``, ``mode``,
-    ``difficulty``, ``max_episode_steps``, ``max_num_frames_per_episode``);
-    the rest (``token``, ``timeout``, ...) go to :class:`EnvClient`.
+    ``difficulty``, ``max_episode_steps``, ``max_num_frames_per_episode``, and
+    the preprocessing options ``img_height``, ``img_width``, ``stack_num``,
+    ``maxpool``, ``noop_max``, ``episodic_life``, ``reward_clipping``,
+    ``use_fire_reset``; None: the server's default); the rest (``token``,
+    ``timeout``, ...) go to :class:`EnvClient`.
     """
 
     def __init__(
@@ -103,6 +114,14 @@ class AtariEnv(_AtariWire, EnvClient[AtariObservation]):
         difficulty: int | None = None,
         max_episode_steps: int | None = None,
         max_num_frames_per_episode: int | None = None,
+        img_height: int | None = None,
+        img_width: int | None = None,
+        stack_num: int | None = None,
+        maxpool: bool | None = None,
+        noop_max: int | None = None,
+        episodic_life: bool | None = None,
+        reward_clipping: bool | None = None,
+        use_fire_reset: bool | None = None,
         **client_kwargs: Any,
     ) -> None:
         config = atari_config(
@@ -115,6 +134,14 @@ class AtariEnv(_AtariWire, EnvClient[AtariObservation]):
             difficulty=difficulty,
             max_episode_steps=max_episode_steps,
             max_num_frames_per_episode=max_num_frames_per_episode,
+            img_height=img_height,
+            img_width=img_width,
+            stack_num=stack_num,
+            maxpool=maxpool,
+            noop_max=noop_max,
+            episodic_life=episodic_life,
+            reward_clipping=reward_clipping,
+            use_fire_reset=use_fire_reset,
         )
         provider = None
         if url is None:

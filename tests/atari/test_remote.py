@@ -160,3 +160,42 @@ async def test_async_atari_client(atari_server: ServerThread) -> None:
         state = await env.state()
         assert isinstance(state, AtariState) and state.step_count == 6
     local.close()
+
+
+def test_typed_clients_take_every_option_of_the_server(atari_server: ServerThread) -> None:
+    """AtariEnv and AsyncAtariEnv name the server's Atari options, preprocessing included,
+    and a preprocessed session plays as the in-process environment of the same config."""
+    from atari.client import _OPTION_NAMES
+    from atari.config import DEFAULT_CONFIG
+
+    assert set(_OPTION_NAMES) == set(DEFAULT_CONFIG)
+    options = {
+        "obs_type": "grayscale",
+        "img_height": 84,
+        "img_width": 84,
+        "stack_num": 4,
+        "maxpool": True,
+        "noop_max": 5,
+        "episodic_life": True,
+        "reward_clipping": True,
+        "use_fire_reset": True,
+    }
+    local = AtariEnvironment({"game": "breakout", **options})
+    with AtariEnv(atari_server.url, game="breakout", **options) as env:
+        r = env.reset(seed=3)
+        assert r.observation.screen.shape == (4, 84, 84)
+        np.testing.assert_array_equal(r.observation.screen, local.reset(seed=3).obs)
+        for a in [1, 2, 3, 0, 1, 2]:
+            r = env.step(a)
+            want = local.step(a)
+            np.testing.assert_array_equal(r.observation.screen, want.obs)
+            assert r.reward == want.reward and r.terminated == want.terminated
+    local.close()
+
+
+async def test_async_typed_client_takes_preprocessing_options(atari_server: ServerThread) -> None:
+    async with AsyncAtariEnv(
+        atari_server.url, game="pong", obs_type="grayscale", img_height=42, img_width=32
+    ) as env:
+        r = await env.reset(seed=0)
+        assert r.observation.screen.shape == (42, 32)
