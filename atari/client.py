@@ -10,39 +10,20 @@ from openenv_ws.client import AsyncEnvClient, EnvClient, StepResult
 from openenv_ws.protocol import Result
 
 from .models import AtariAction, AtariObservation, AtariState
+from .options import OPTION_NAMES
 
 if TYPE_CHECKING:
     from openenv_ws.providers import ServerProvider
 
 __all__ = ["AsyncAtariEnv", "AtariEnv", "atari_config"]
 
-_OPTION_NAMES = (
-    "game",
-    "obs_type",
-    "frameskip",
-    "repeat_action_probability",
-    "full_action_space",
-    "mode",
-    "difficulty",
-    "max_episode_steps",
-    "max_num_frames_per_episode",
-    "img_height",
-    "img_width",
-    "stack_num",
-    "maxpool",
-    "noop_max",
-    "episodic_life",
-    "reward_clipping",
-    "use_fire_reset",
-)
-
 
 def atari_config(**options: Any) -> dict[str, Any]:
     """The ``open`` config for the given Atari options; None means "server default"."""
-    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
         raise TypeError(
-            f"unknown Atari option(s) {', '.join(unknown)}; known: {', '.join(_OPTION_NAMES)}"
+            f"unknown Atari option(s) {', '.join(unknown)}; known: {', '.join(OPTION_NAMES)}"
         )
     return {
         k: (list(v) if isinstance(v, tuple) else v) for k, v in options.items() if v is not None
@@ -213,7 +194,7 @@ class AsyncAtariEnv(_AtariWire, AsyncEnvClient[AtariObservation]):
         options = {
             k: options_and_client_kwargs.pop(k)
             for k in list(options_and_client_kwargs)
-            if k in _OPTION_NAMES
+            if k in OPTION_NAMES
         }
         super().__init__(
             url,

@@ -18,6 +18,8 @@ from ale_py import roms
 from openenv_ws.brief import brief, brief_keys
 from openenv_ws.errors import EnvConfigError
 
+from .options import PREPROCESSING_KEYS
+
 __all__ = [
     "DEFAULT_CONFIG",
     "MAX_FRAMES",
@@ -57,19 +59,6 @@ DEFAULT_CONFIG: Mapping[str, Any] = {
     "use_fire_reset": False,
 }
 
-#: The preprocessing options (Gymnasium's ``AtariPreprocessing`` and
-#: ``FrameStackObservation``, ``AtariVectorEnv``'s names); at their defaults a
-#: session plays the plain ``ALE/<Game>-v5`` environment.
-PREPROCESSING_KEYS = (
-    "img_height",
-    "img_width",
-    "stack_num",
-    "maxpool",
-    "noop_max",
-    "episodic_life",
-    "reward_clipping",
-    "use_fire_reset",
-)
 # Options of vector sessions (checked where those are opened), named in the unknown-key error.
 _VECTOR_ONLY = ("autoreset_mode", "num_threads")
 

@@ -165,10 +165,10 @@ async def test_async_atari_client(atari_server: ServerThread) -> None:
 def test_typed_clients_take_every_option_of_the_server(atari_server: ServerThread) -> None:
     """AtariEnv and AsyncAtariEnv name the server's Atari options, preprocessing included,
     and a preprocessed session plays as the in-process environment of the same config."""
-    from atari.client import _OPTION_NAMES
     from atari.config import DEFAULT_CONFIG
+    from atari.options import OPTION_NAMES
 
-    assert set(_OPTION_NAMES) == set(DEFAULT_CONFIG)
+    assert tuple(DEFAULT_CONFIG) == OPTION_NAMES
     options = {
         "obs_type": "grayscale",
         "img_height": 84,
