@@ -42,19 +42,20 @@ __all__ = [
 #: Environment variable: comma-separated Gymnasium ids a server may make (replaces DEFAULT_IDS).
 IDS_ENV = "OPENENV_WS_GYM_IDS"
 
-#: Gymnasium's classic-control and toy-text ids (the ones that need no extra package).
+#: Gymnasium's classic-control and toy-text ids (no extra package needed), as of Gymnasium 1.4
+#: (older releases refuse the ids they do not know yet, e.g. Taxi-v4, at open).
 DEFAULT_IDS: tuple[str, ...] = (
     "Acrobot-v1",
-    "CartPole-v0",
     "CartPole-v1",
     "MountainCar-v0",
     "MountainCarContinuous-v0",
     "Pendulum-v1",
     "Blackjack-v1",
     "CliffWalking-v1",
+    "CliffWalkingSlippery-v1",
     "FrozenLake-v1",
     "FrozenLake8x8-v1",
-    "Taxi-v3",
+    "Taxi-v4",
 )
 
 _PLAIN = (bool, int, float, str, type(None))

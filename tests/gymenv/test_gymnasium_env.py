@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from openenv_ws.client import EnvClient
-from openenv_ws.envs.gymnasium import IDS_ENV, gymnasium_plugin
+from openenv_ws.envs.gymnasium import DEFAULT_IDS, IDS_ENV, gymnasium_plugin
 from openenv_ws.errors import RemoteEnvError
 from openenv_ws.server import ServerThread, create_app
 
@@ -130,3 +130,34 @@ def test_the_allow_list_comes_from_the_environment_variable(
     gymnasium_factory({"id": "MountainCar-v0"}).close()
     with pytest.raises(EnvConfigError, match=r"'CartPole-v1' is not allowed .*Acrobot-v1, Mou"):
         gymnasium_factory({"id": "CartPole-v1"})
+
+
+class _StartAtOne(gymnasium.Env[np.ndarray, int]):
+    """CartPole's spaces but actions numbered from 1."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2, start=1)
+
+
+def test_discrete_start_and_discrete_observations_are_refused() -> None:
+    gymnasium.register("StartAtOne-v0", entry_point=_StartAtOne)
+    plugin = gymnasium_plugin(("StartAtOne-v0", "Taxi-v4"))
+    with ServerThread(create_app(plugin)) as srv:
+        with pytest.raises(RemoteEnvError, match=r"Discrete\(start=1\) .* not carried yet"):
+            EnvClient(srv.url, config={"id": "StartAtOne-v0"})
+        with pytest.raises(RemoteEnvError, match=r"observation space Discrete .* not carried yet"):
+            EnvClient(srv.url, config={"id": "Taxi-v4"})
+
+
+@pytest.mark.parametrize("env_id", DEFAULT_IDS)
+def test_every_default_id_opens_or_is_refused_as_not_carried(env_id: str) -> None:
+    from openenv_ws.envs.gymnasium import GymnasiumEnvironment
+    from openenv_ws.errors import EnvConfigError
+
+    try:
+        env = GymnasiumEnvironment({"id": env_id})
+    except EnvConfigError as exc:
+        assert "is not carried yet" in str(exc)
+    else:
+        assert env.reset(seed=0).obs.dtype == np.dtype(env.spec.observation.dtype)
+        env.close()
