@@ -117,8 +117,13 @@ class GymnasiumEnvironment(Environment):
     inline = False
 
     def __init__(self, config: Mapping[str, Any], allowed: tuple[str, ...] | None = None) -> None:
-        import gymnasium
-        from gymnasium import spaces
+        try:
+            import gymnasium
+            from gymnasium import spaces
+        except ImportError:
+            raise EnvConfigError(
+                "Gymnasium is not installed on this server (pip install 'openenv-ws[gym]')"
+            ) from None
 
         check_keys(config, ("id", "kwargs"), "gymnasium environment")
         env_id = config.get("id")
