@@ -47,6 +47,8 @@ const DTYPES = [
   ["float64", 8, Float64Array],
 ];
 const DTYPE_CODES = Object.fromEntries(DTYPES.map(([name], code) => [name, code]));
+/** The typed array class holding the elements of `dtype` (undefined for a dtype not in the table). */
+export const typedArrayFor = (dtype) => (dtype in DTYPE_CODES ? DTYPES[DTYPE_CODES[dtype]][2] : undefined);
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /**

@@ -4,7 +4,7 @@
 // through it under Node).
 import { Float, NDArray, ProtocolError, Writer, decode, isMap, newMap, writeFloat, writeValue } from "./msgpack.js";
 
-export { EXT_NDARRAY, Float, MAX_FRAME_DEPTH, MAX_NDIM, NDArray, ProtocolError, decode, encode } from "./msgpack.js";
+export { EXT_NDARRAY, Float, MAX_FRAME_DEPTH, MAX_NDIM, NDArray, ProtocolError, decode, encode, isMap, typedArrayFor } from "./msgpack.js";
 
 export const PROTOCOL_VERSION = 1;
 export const MAX_ID = 0xffffffff;
@@ -113,11 +113,13 @@ const CHECKS = {
   },
   mapOrNil: (n, v, keep) => (v === null ? newMap() : CHECKS.map(n, v, keep)),
   action: (n, v, keep) => {
-    if (isInt(v) || v instanceof NDArray) return v;
+    if (isInt(v) || v instanceof NDArray || typeof v === "string") return v;
     if (v instanceof Float) return keep ? v : v.value;
     if (Array.isArray(v) || isMap(v)) return plain(n, v, 1, keep);
-    throw bad(n, "an integer, a number, an array, a list or a map", v);
+    throw bad(n, "an integer, a number, a string, an array, a list or a map", v);
   },
+  // A structured value (section 22): nil, a scalar, an array (ext type 1), or lists and maps of them.
+  value: (n, v, keep) => plain(n, v, 1, keep),
   numEnvs: (n, v) => {
     if (v === null || (isInt(v) && v >= 1 && v <= MAX_NUM_ENVS)) return v;
     throw bad(n, `nil or an integer in 1..${MAX_NUM_ENVS}`, v);
@@ -162,6 +164,7 @@ const CLIENT_OPS = {
     ["delta", "bool", false, () => false],
     ["num_envs", "numEnvs", false, nil],
     ["batch_size", "numEnvs", false, nil],
+    ["structured", "bool", false, () => false],
   ],
   reset: [
     ["seed", "optUint", false, nil],
@@ -193,7 +196,7 @@ const SERVER_OPS = {
     ["delta", "bool", false, () => false],
   ],
   result: [
-    ["obs", "optArray", false, nil],
+    ["obs", "value", false, nil],
     ["reward", "float", true, nil],
     ["terminated", "bool", true, nil],
     ["truncated", "bool", true, nil],
