@@ -1,9 +1,12 @@
 """The web page: watch or play a session in a browser, over the session WebSocket.
 
-The page (``static/``: ``index.html``, ``app.js``, ``style.css``, ``screen.js``,
+The page (``static/``: ``index.html``, ``app.js``, ``style.css``, ``screen.js``
+(image observations), ``tree.js`` (any other observation, as a collapsible
+tree), ``inputs.js`` (an action input built from the action space),
 ``session.js`` and ``protocol.js`` over ``msgpack.js``, a dependency-free
 protocol v1 codec, all ES modules) opens its own session on
-``/ws`` like any other client. Everything it loads comes from this package:
+``/ws`` like any other client, as a client of structured values (SPEC
+section 22). Everything it loads comes from this package:
 no CDN, no network beyond the server that serves it.
 
 Routes (added by ``create_app(..., web=True)``):

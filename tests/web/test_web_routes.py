@@ -94,6 +94,8 @@ def test_page_references_only_its_own_files() -> None:
         "protocol.js",
         "screen.js",
         "session.js",
+        "tree.js",
+        "inputs.js",
     }
     assert local <= set(STATIC_FILES)
 

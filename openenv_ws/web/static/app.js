@@ -1,8 +1,12 @@
 // The page: one session over the server's /ws endpoint (protocol v1, session.js),
-// drawn on a canvas (screen.js), played from the keyboard or by a random agent.
-import { NDArray, PROTOCOL_VERSION, ProtocolError } from "./protocol.js";
+// an image observation drawn on a canvas (screen.js), any other shown as a tree
+// (tree.js), played from the keyboard, from inputs built from the action space
+// (inputs.js) or by a random agent.
+import { InputError, actionInput } from "./inputs.js";
+import { Float, NDArray, PROTOCOL_VERSION, ProtocolError } from "./protocol.js";
 import { Screen } from "./screen.js";
 import { RemoteError, Session } from "./session.js";
+import { Tree } from "./tree.js";
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -27,6 +31,10 @@ const ui = {
   bytes: $("bytes"),
   status: $("status"),
   actions: $("actions"),
+  actionHint: $("action-hint"),
+  actionForm: $("action-form"),
+  actionInput: $("action-input"),
+  tree: $("tree"),
   stat: {
     score: $("stat-score"),
     lives: $("stat-lives"),
@@ -40,7 +48,20 @@ const ui = {
   },
 };
 const screen = new Screen(ui.screen, ui.bytes);
+const tree = new Tree(ui.tree);
 const draw = (obs) => screen.draw(obs, Number(ui.scale.value));
+
+// An array observation on the canvas, any other value (a map, a list, a number, a string) as a tree.
+function showObs(obs) {
+  const image = obs instanceof NDArray;
+  ui.screen.hidden = !image;
+  ui.tree.hidden = image;
+  if (image) draw(obs);
+  else {
+    ui.bytes.hidden = true;
+    tree.show(obs);
+  }
+}
 
 // ----------------------------------------------------------------- state
 
@@ -48,6 +69,8 @@ const game = {
   session: null,
   meanings: [],
   nActions: 0,
+  start: 0, // the first discrete action
+  input: null, // the action inputs of a space that is not discrete: {node, read, sample}
   playing: false,
   running: false, // an episode is in progress
   inflight: null, // the promise of the request on the wire, if any
@@ -103,10 +126,10 @@ function keyboardAction() {
   for (const name of [v + h + f, v + h, h + f, v + f, h, v, f]) {
     if (name === "") continue;
     const index = game.meanings.indexOf(name);
-    if (index >= 0) return index;
+    if (index >= 0) return game.start + index;
   }
   const noop = game.meanings.indexOf("NOOP");
-  return noop >= 0 ? noop : 0;
+  return game.start + (noop >= 0 ? noop : 0);
 }
 
 function chooseAction() {
@@ -115,13 +138,20 @@ function chooseAction() {
     game.queued = null;
     return a;
   }
-  if (document.querySelector('input[name="mode"]:checked').value === "random") {
-    return Math.floor(Math.random() * game.nActions);
-  }
+  const random = document.querySelector('input[name="mode"]:checked').value === "random";
+  if (game.input !== null) return random ? game.input.sample() : game.input.read();
+  if (random) return game.start + Math.floor(Math.random() * game.nActions);
   return keyboardAction();
 }
 
-const actionName = (a) => game.meanings[a] ?? String(a);
+// An action in a few words: a discrete action's name, anything else compactly.
+function actionName(a) {
+  if (typeof a === "number") return game.meanings[a - game.start] ?? String(a);
+  const text = JSON.stringify(a, (_, v) =>
+    v instanceof NDArray ? Array.from(v.data, Number) : typeof v === "bigint" ? Number(v) : v instanceof Float ? v.value : v,
+  );
+  return text.length > 60 ? `${text.slice(0, 59)}…` : text;
+}
 
 function keyHint(name) {
   let hint = "";
@@ -135,7 +165,7 @@ function keyHint(name) {
 
 function buildActions() {
   ui.actions.replaceChildren();
-  for (let a = 0; a < game.nActions; a++) {
+  for (let a = game.start; a < game.start + game.nActions; a++) {
     const li = document.createElement("li");
     const button = document.createElement("button");
     button.type = "button";
@@ -169,7 +199,7 @@ function setControls(open) {
 
 function showResult(reply, action) {
   game.frame = reply.info.episode_frame_number ?? game.steps;
-  draw(reply.obs);
+  showObs(reply.obs);
   showStats(reply.info, action === undefined ? undefined : actionName(action));
   if (action !== undefined) markAction(action);
   if (reply.done) {
@@ -201,6 +231,7 @@ async function stepOnce(action) {
   let reply;
   let latency;
   try {
+    if (typeof action === "function") action = action();
     [reply, latency] = await send({ op: "step", action });
   } catch (err) {
     fail(err);
@@ -238,7 +269,7 @@ async function loop() {
   const token = ++game.loopToken;
   let next = performance.now();
   while (game.playing && game.running && token === game.loopToken) {
-    await stepOnce(chooseAction());
+    await stepOnce(chooseAction);
     if (!game.running && game.playing && ui.autoReset.checked && game.session !== null) {
       const seed = parseSeed();
       if (seed !== null) ui.seed.value = String(typeof seed === "bigint" ? seed + 1n : seed + 1);
@@ -265,15 +296,25 @@ function setPlaying(on) {
     setStatus(
       document.querySelector('input[name="mode"]:checked').value === "random"
         ? "The random agent is playing."
-        : "Playing: arrows and space steer; P pauses.",
+        : game.input !== null
+          ? "Playing: every step sends the action set below; P pauses."
+          : "Playing: arrows and space steer; P pauses.",
     );
     loop();
   } else if (game.running) {
-    setStatus("Paused: each arrow or space press sends one step; P resumes.");
+    setStatus(game.input !== null ? "Paused: Send action steps once with the action set below; P resumes." : "Paused: each arrow or space press sends one step; P resumes.");
   }
 }
 
 function fail(err) {
+  if (err instanceof InputError) {
+    setStatus(`The action is not ready: ${err.message}`, true);
+    if (game.playing) {
+      game.playing = false;
+      setControls(game.session !== null);
+    }
+    return;
+  }
   if (err instanceof RemoteError && !err.fatal) {
     setStatus(`The server refused the request: ${err.message}`, true);
     if (err.code === "episode_over") game.running = false;
@@ -331,16 +372,20 @@ async function startSession(event) {
     setStatus(`Connecting to ${url} ...`);
     session = await Session.connect(url);
     const token = ui.token.value === "" ? null : ui.token.value;
-    const opened = await session.request({ op: "open", version: PROTOCOL_VERSION, config, token });
+    const opened = await session.request({ op: "open", version: PROTOCOL_VERSION, config, token, structured: true });
     const action = opened.spec.action ?? {};
-    if (action.type !== "discrete") {
-      throw new Error("this page plays discrete action spaces only; this environment's actions are not discrete");
-    }
+    const discrete = action.type === "discrete";
+    game.input = discrete ? null : actionInput(action);
     game.session = session;
     session.onlost = (why) => onLost(session, why);
-    game.nActions = Number(action.n);
+    game.nActions = discrete ? Number(action.n) : 0;
+    game.start = discrete ? Number(action.start ?? 0) : 0;
     game.meanings = Array.isArray(action.meanings) && action.meanings.length === game.nActions ? action.meanings.map(String) : [];
     buildActions();
+    ui.actions.hidden = !discrete;
+    ui.actionHint.hidden = !discrete;
+    ui.actionForm.hidden = discrete;
+    ui.actionInput.replaceChildren(...(discrete ? [] : [game.input.node]));
     ui.stat.session.textContent = opened.session_id;
     const name = opened.spec.game ?? opened.spec.env ?? "session";
     ui.conn.textContent = `${name} · ${opened.session_id.slice(0, 8)}`;
@@ -360,7 +405,7 @@ const typing = (target) => ["INPUT", "SELECT", "TEXTAREA"].includes(target.tagNa
 
 window.addEventListener("keydown", (event) => {
   if (typing(event.target) || event.ctrlKey || event.metaKey || event.altKey) return;
-  if (STEER.has(event.code)) {
+  if (STEER.has(event.code) && game.input === null) {
     event.preventDefault(); // no page scrolling, no button presses
     const fresh = !game.held.has(event.code);
     game.held.add(event.code);
@@ -382,7 +427,7 @@ window.addEventListener("blur", () => game.held.clear());
 ui.form.addEventListener("submit", startSession);
 ui.play.addEventListener("click", () => setPlaying(!game.playing));
 ui.step.addEventListener("click", () => {
-  if (!game.playing) stepOnce(chooseAction());
+  if (!game.playing) stepOnce(chooseAction);
 });
 ui.reset.addEventListener("click", async () => {
   const wasPlaying = game.playing;
@@ -406,6 +451,17 @@ ui.actions.addEventListener("click", (event) => {
   if (game.playing) game.queued = a;
   else stepOnce(a);
   ui.screen.focus();
+});
+ui.actionForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (game.input === null) return;
+  try {
+    const a = game.input.read();
+    if (game.playing) game.queued = a;
+    else stepOnce(a);
+  } catch (err) {
+    fail(err);
+  }
 });
 ui.scale.addEventListener("change", () => screen.rescale(Number(ui.scale.value)));
 window.addEventListener("pagehide", () => game.session?.ws.close(1000));

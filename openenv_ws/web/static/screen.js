@@ -5,13 +5,38 @@
 import { NDArray } from "./protocol.js";
 
 // Values of any dtype as 0..255 bytes: uint8 as is, the rest stretched over their range.
-function asBytes(arr) {
+export function asBytes(arr) {
   if (arr.dtype === "uint8") return arr.data;
   const values = Array.from(arr.data, Number);
-  const lo = Math.min(...values);
-  const hi = Math.max(...values);
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const v of values) {
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
   const span = hi > lo ? hi - lo : 1;
   return Uint8ClampedArray.from(values, (v) => ((v - lo) * 255) / span);
+}
+
+/** Whether `arr` is a picture: height x width x 3 or 4 channels, or a uint8 height x width grid of 8 x 8 or more. */
+export function isImage(arr) {
+  const s = arr.shape;
+  if (s.length === 3) return (s[2] === 3 || s[2] === 4) && s[0] > 0 && s[1] > 0;
+  return s.length === 2 && arr.dtype === "uint8" && s[0] >= 8 && s[1] >= 8;
+}
+
+/** Fill `image` (an ImageData of the array's width and height) with an image array's pixels. */
+export function paint(image, arr) {
+  const src = asBytes(arr);
+  const px = image.data;
+  const n = image.width * image.height;
+  const c = arr.shape.length === 3 ? arr.shape[2] : 1;
+  for (let i = 0, j = 0; i < n; i++, j += c) {
+    px[4 * i] = src[j];
+    px[4 * i + 1] = src[c === 1 ? j : j + 1];
+    px[4 * i + 2] = src[c === 1 ? j : j + 2];
+    px[4 * i + 3] = 255;
+  }
 }
 
 // Rows of 16 values (hex for uint8), each after its offset.
@@ -48,27 +73,13 @@ export class Screen {
   draw(obs, scale) {
     if (!(obs instanceof NDArray)) return;
     const shape = obs.shape;
-    const src = asBytes(obs);
     let w;
     let h;
-    if (shape.length === 3 && (shape[2] === 3 || shape[2] === 4)) {
+    if ((shape.length === 3 && (shape[2] === 3 || shape[2] === 4)) || shape.length === 2) {
       [h, w] = shape;
-      const c = shape[2];
-      const px = this.imageData(w, h).data;
-      for (let i = 0, j = 0; i < w * h; i++, j += c) {
-        px[4 * i] = src[j];
-        px[4 * i + 1] = src[j + 1];
-        px[4 * i + 2] = src[j + 2];
-        px[4 * i + 3] = 255;
-      }
-    } else if (shape.length === 2) {
-      [h, w] = shape;
-      const px = this.imageData(w, h).data;
-      for (let i = 0; i < w * h; i++) {
-        px[4 * i] = px[4 * i + 1] = px[4 * i + 2] = src[i];
-        px[4 * i + 3] = 255;
-      }
+      paint(this.imageData(w, h), obs);
     } else {
+      const src = asBytes(obs);
       const n = src.length;
       w = Math.min(16, Math.max(1, n));
       h = Math.max(1, Math.ceil(n / w));
