@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from openenv_ws.environment import Environment, EnvResult, EnvSpec
+from openenv_ws.registry import load_env
 from openenv_ws.server import ServerThread, create_app
 from openenv_ws.spaces import (
     ArraySpec,
@@ -264,3 +265,40 @@ def test_json_schema_action_gets_a_form(run_on: Any) -> None:
     assert _note(run) == (
         "{message='hi there',meta={k=[1,2]},shout=True,temperature=0.75,tokens=3,tone='angry'}"
     )
+
+
+def test_gymnasium_blackjack_tuple_observation(browser_context: Any) -> None:  # noqa: F811
+    """Blackjack-v1 served by the Gymnasium plugin: its Tuple observation is a list in
+    the tree, equal to gymnasium.make's for the same seed and actions."""
+    gymnasium = pytest.importorskip("gymnasium")
+    reference = gymnasium.make("Blackjack-v1")
+    with ServerThread(create_app(load_env("gymnasium"))) as server:
+        run = PageRun(browser_context, server.http_url)
+        try:
+            run.open()
+            run.page.fill("#extra-config", '{"id": "Blackjack-v1"}')
+            run.page.fill("#seed", "5")
+            run.page.check("#start-paused")
+            run.page.click("#start")
+            run.wait_text("stat-episode", "running (seed 5)")
+            obs, _ = reference.reset(seed=5)
+            assert run.page.locator("#tree > details > summary").inner_text() == "list of 3"
+            assert _leaves(run) == [f"[{i}]: {int(v)}" for i, v in enumerate(obs)]
+            # Discrete actions keep the buttons: 1 hits, 0 sticks (which ends the episode).
+            assert run.page.locator("#actions button").count() == 2
+            for steps, action in enumerate((1, 0), start=1):
+                obs, reward, terminated, truncated, _ = reference.step(action)
+                run.page.click(f"#actions button[data-action='{action}']")
+                run.wait_text("stat-steps", str(steps))
+                assert _leaves(run) == [f"[{i}]: {int(v)}" for i, v in enumerate(obs)]
+                assert float(run.text("stat-score")) == reward
+                if terminated or truncated:
+                    run.wait_text("stat-episode", "game over")
+                    break
+        finally:
+            run.close()
+            reference.close()
+
+
+def _leaves(run: PageRun) -> list[str]:
+    return [str(t) for t in run.page.locator("#tree .t-leaf").all_inner_texts()]
