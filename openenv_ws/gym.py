@@ -23,8 +23,12 @@ The id exists once this module is imported. Gymnasium 1.x loads no plugin
 entry points, so without an import spell it ``"openenv_ws.gym:openenv_ws/Remote-v0"``:
 Gymnasium imports the module before looking the id up.
 
-Spaces come from the session spec: a discrete action spec becomes
-``Discrete(n)``, an array spec a ``Box`` with its shape, dtype and bounds.
+Spaces come from the session spec, as the Gymnasium spaces they describe
+(:mod:`openenv_ws.gymspaces`): an array spec is a ``Box`` with its shape,
+dtype and bounds, a discrete spec a ``Discrete`` with its start, a dict spec a
+``Dict`` (the same keys in the same order), a tuple spec a ``Tuple``, and so on.
+Observations come back as Gymnasium gives them (a Tuple's value a tuple, a
+Dict's a dict), and actions go as the space takes them.
 For Atari sessions :class:`RemoteEnv` also offers the few pieces of ale-py's
 environment that Gymnasium's Atari wrappers use (``ale.lives()``,
 ``ale.getScreenRGB``/``getScreenGrayscale`` from the last observation,
@@ -41,7 +45,6 @@ from typing import Any, SupportsFloat
 
 import gymnasium
 import numpy as np
-from gymnasium import spaces
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
@@ -49,8 +52,10 @@ from gymnasium.vector.utils import batch_space
 from .client import VectorEnvClient, VectorSessionClient
 from .client._batch import mask_infos
 from .client.sync import EnvClient
-from .environment import ArraySpec, DiscreteSpec, EnvSpec
+from .environment import EnvSpec
 from .errors import EnvConfigError, InvalidState
+from .gymspaces import gym_space, to_gym, to_wire
+from .spaces import ArraySpec, DiscreteSpec, Space
 
 __all__ = [
     "ENV_ID",
@@ -70,7 +75,13 @@ _AUTORESET_MODES = {
     "disabled": AutoresetMode.DISABLED,
 }
 
-_NOT_RGB = "render_mode='rgb_array' needs RGB image observations; this session sends {}"
+_NOT_RGB = (
+    "render_mode='rgb_array' needs RGB image observations or frames in the info (a Gymnasium "
+    "session opened with config 'render': true); this session sends {}"
+)
+
+#: The info key of a result's frame in a session that renders (the Gymnasium plugin's).
+_FRAME = "render"
 
 #: How a vector env reaches its envs: ``"vector"``, one vector session on one server
 #: (SPEC section 21), or ``"per_env"``, one session per env.
@@ -80,21 +91,8 @@ SESSIONS = ("vector", "per_env")
 ENV_ID = "openenv_ws/Remote-v0"
 
 
-def space_from_spec(spec: DiscreteSpec | ArraySpec) -> spaces.Space[Any]:
-    """The Gymnasium space of a session's action or observation spec."""
-    if isinstance(spec, DiscreteSpec):
-        return spaces.Discrete(spec.n)
-    dtype = np.dtype(spec.dtype)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        low = info.min if spec.low is None else spec.low
-        high = info.max if spec.high is None else spec.high
-    elif dtype.kind == "b":
-        low, high = 0, 1
-    else:
-        low = -np.inf if spec.low is None else spec.low
-        high = np.inf if spec.high is None else spec.high
-    return spaces.Box(low=low, high=high, shape=spec.shape, dtype=dtype)
+#: The Gymnasium space of a session's action or observation spec (a dict stays a ``Dict``).
+space_from_spec = gym_space
 
 
 class _Screen:
@@ -134,19 +132,20 @@ class _Screen:
         return self._screen("grayscale", out)
 
 
-class RemoteEnv(gymnasium.Env[np.ndarray, Any]):
+class RemoteEnv(gymnasium.Env[Any, Any]):
     """One remote session as a ``gymnasium.Env``.
 
     Args:
         url: the server (None: start a local server subprocess, stopped on close).
         config: the session's environment configuration.
-        render_mode: None or ``"rgb_array"`` (the last observation, for image
-            observations).
+        render_mode: None or ``"rgb_array"``: the last observation for RGB
+            image observations, else the last result's frame for a Gymnasium
+            session whose config has ``"render": true``.
         **client_kwargs: passed to :class:`~openenv_ws.client.EnvClient`
             (``token``, ``timeout``, ...).
 
-    Observations are the arrays the server sent (read-only); copy one before
-    changing it in place.
+    Array observations (also inside a Dict or Tuple) are the arrays the server
+    sent (read-only); copy one before changing it in place.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 30}  # noqa: RUF012 - Gymnasium's API
@@ -168,14 +167,19 @@ class RemoteEnv(gymnasium.Env[np.ndarray, Any]):
             self.client = EnvClient(url, config=config, **client_kwargs)
         spec: EnvSpec = self.client.spec
         self.spec_extra: Mapping[str, Any] = spec.extra
-        self.action_space = space_from_spec(spec.action)
-        self.observation_space = space_from_spec(spec.observation)
+        self._spec = spec
+        self.action_space = gym_space(spec.action)
+        self.observation_space = gym_space(spec.observation)
         rgb = is_rgb(spec.observation)
-        self.metadata = {**self.metadata, "render_modes": ["rgb_array"] if rgb else []}
-        if render_mode is not None and not rgb:
+        self._frames = not rgb and (config or {}).get(_FRAME) is True
+        self.metadata = {
+            **self.metadata,
+            "render_modes": ["rgb_array"] if rgb or self._frames else [],
+        }
+        if render_mode is not None and not (rgb or self._frames):
             self.client.close()
             raise EnvConfigError(_NOT_RGB.format(spec.observation))
-        self._last_obs: np.ndarray[Any, Any] | None = None
+        self._last_obs: Any = None
         self._last_info: dict[str, Any] = {}
         if spec.extra.get("env") == "atari":
             # Read by Gymnasium's AtariPreprocessing (it refuses frame skipping on both sides).
@@ -184,7 +188,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, Any]):
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray[Any, Any], dict[str, Any]]:
+    ) -> tuple[Any, dict[str, Any]]:
         """Start an episode; a seed makes it reproducible (and seeds ``np_random``)."""
         super().reset(seed=seed)
         result = self.client.reset(seed=seed, options=options)
@@ -193,21 +197,29 @@ class RemoteEnv(gymnasium.Env[np.ndarray, Any]):
             # An environment that derives its own seeds from `seed` (Atari, like ale-py)
             # reports them; the first seeds np_random as ale-py's env seeds its own.
             self._np_random, _ = seeding.np_random(int(seeds[0]))
-        self._last_obs, self._last_info = result.observation, result.info
-        return result.observation, result.info
+        obs = self._observation(result.observation)
+        self._last_obs, self._last_info = obs, result.info
+        return obs, result.info
 
-    def step(
-        self, action: Any
-    ) -> tuple[np.ndarray[Any, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """One step; returns ``(obs, reward, terminated, truncated, info)``."""
-        result = self.client.step(action)
-        self._last_obs, self._last_info = result.observation, result.info
-        return result.observation, result.reward, result.terminated, result.truncated, result.info
+        result = self.client.step(to_wire(self._spec.action, action))
+        obs = self._observation(result.observation)
+        self._last_obs, self._last_info = obs, result.info
+        return obs, result.reward, result.terminated, result.truncated, result.info
+
+    def _observation(self, value: Any) -> Any:
+        space = self._spec.observation
+        return value if isinstance(space, ArraySpec) else to_gym(space, value)
 
     def render(self) -> np.ndarray[Any, Any] | None:
-        """The last observation when ``render_mode="rgb_array"`` (RGB sessions only)."""
+        """With ``render_mode="rgb_array"``: the last observation of an RGB session, or
+        the last result's frame of a session that renders (``"render": true``)."""
         if self.render_mode != "rgb_array" or self._last_obs is None:
             return None
+        if self._frames:
+            frame = self._last_info.get(_FRAME)
+            return None if frame is None else np.array(frame)
         return np.array(self._last_obs)
 
     def get_action_meanings(self) -> list[str]:
@@ -281,8 +293,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             self.client.close()
             raise EnvConfigError(_NOT_RGB.format(spec.observation))
         self._last_obs: np.ndarray[Any, Any] | None = None
-        self.single_action_space = space_from_spec(spec.action)
-        self.single_observation_space = space_from_spec(spec.observation)
+        self.single_action_space = gym_space(spec.action)
+        self.single_observation_space = gym_space(spec.observation)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         # What gymnasium.make_vec(ENV_ID, ...) records (it sets its own when it makes the env);
@@ -453,7 +465,7 @@ def _vector_entry_point(
     return RemoteVectorEnv(url, num_envs, **kwargs)
 
 
-def is_rgb(spec: DiscreteSpec | ArraySpec) -> bool:
+def is_rgb(spec: Space) -> bool:
     """Whether a spec is of RGB images, ``(H, W, 3)`` uint8 (what ``render()`` can show)."""
     return (
         isinstance(spec, ArraySpec)

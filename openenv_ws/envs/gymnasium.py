@@ -2,23 +2,36 @@
 
 A session's config names the environment: ``{"id": "CartPole-v1", "kwargs": {...}}``;
 ``kwargs`` (plain values) go to ``gymnasium.make``, ``max_episode_steps`` included.
+An id of the form ``"module:Id"`` imports ``module`` first (Gymnasium's own rule),
+e.g. ``"gymnasium_robotics:PointMaze_UMaze-v3"``.
 
 Ids import code, so only allowed ids are made: by default Gymnasium's own
 classic-control and toy-text ids (:data:`DEFAULT_IDS`, nothing to install
-beyond Gymnasium). The environment variable :data:`IDS_ENV` (comma-separated
-ids) replaces that list for a server; :func:`gymnasium_plugin` builds a plugin
-with a list of its own.
+beyond Gymnasium). ``openenv-ws serve --gym-ids ID,ID`` or the environment
+variable :data:`IDS_ENV` (the option wins when both are given) replaces that
+list for a server; :func:`gymnasium_plugin` builds a plugin with a list of its
+own.
 
-Spaces carried: the observation a ``Box``; the action a ``Discrete`` (starting
-at 0) or a ``Box``. Other spaces are refused at ``open``. Per-element bounds of
-a Box that are not uniform travel in ``spec.extra`` (``observation_low``,
-``observation_high``, ``action_low``, ``action_high``, nested lists, infinities
-as None) while the ArraySpec's scalar ``low``/``high`` stay None.
+Every Gymnasium space but Graph, Sequence and OneOf is carried (SPEC section
+22, the mapping in :mod:`openenv_ws.gymspaces`): Box with per-element bounds,
+Discrete with a start, MultiDiscrete, MultiBinary, Text, Dict and Tuple, nested.
+Observations travel as wire values (a Tuple as a list, a Dict as a map in the
+space's key order, a Discrete as an int); an action is checked against the
+action space and handed to the environment as Gymnasium's value (a list as a
+tuple for a Tuple space), or refused with ``invalid_action`` saying why.
+Spaces other than a Box observation with a Box or Discrete (from 0) action
+need a client that reads structured values (``structured`` in ``open``).
+
+Frames: with ``"render": true`` in the config the environment is made with
+``render_mode="rgb_array"`` and the info of every result (reset and step)
+carries the frame under ``info["render"]``, a uint8 array of shape
+``(height, width, 3)``, so that a remote episode can be recorded. MuJoCo
+environments render headless with ``MUJOCO_GL=egl`` (or ``osmesa``) set on
+the server; stepping needs no rendering.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,20 +40,28 @@ from typing import Any
 import numpy as np
 
 from ..brief import brief
-from ..environment import ArraySpec, DiscreteSpec, Environment, EnvResult, EnvSpec, check_keys
-from ..errors import EnvConfigError, InvalidAction
+from ..environment import Environment, EnvResult, EnvSpec, check_keys
+from ..errors import EnvConfigError
 from ..registry import EnvPlugin
+from ..spaces import ArraySpec, Space, SpaceError, space_from_wire
+from ..wire.limits import MAX_DEPTH
 
 __all__ = [
     "DEFAULT_IDS",
     "IDS_ENV",
+    "RENDER_KEY",
     "GymnasiumEnvironment",
+    "allowed_ids",
     "gymnasium_factory",
     "gymnasium_plugin",
 ]
 
-#: Environment variable: comma-separated Gymnasium ids a server may make (replaces DEFAULT_IDS).
+#: Environment variable: comma-separated Gymnasium ids a server may make (replaces
+#: DEFAULT_IDS; ``serve --gym-ids`` sets it for its server).
 IDS_ENV = "OPENENV_WS_GYM_IDS"
+
+#: The config key asking for frames, and the info key that carries them.
+RENDER_KEY = "render"
 
 #: Gymnasium's classic-control and toy-text ids (no extra package needed), as of Gymnasium 1.4
 #: (older releases refuse the ids they do not know yet, e.g. Taxi-v4, at open).
@@ -83,32 +104,23 @@ def _info(value: Any) -> Any:
     return value
 
 
-def _bounds(values: np.ndarray[Any, Any]) -> float | int | None:
-    """One scalar for bounds that are all equal and finite, else None."""
-    if values.size == 0 or not np.all(values == values.flat[0]):
-        return None
-    first = values.flat[0].item()
-    return first if math.isfinite(first) else None
+def _carried(space_of: Callable[[Any], Space], space: Any, what: str) -> Space:
+    """The section 22 form of a Gymnasium space, held to the limits a client reads spaces with."""
+    try:
+        spec = space_of(space)
+        space_from_wire(spec.to_wire())
+    except SpaceError as exc:
+        raise EnvConfigError(f"the {what}, {space}, is not carried: {exc}") from None
+    return spec
 
 
-def _bounds_list(values: np.ndarray[Any, Any]) -> list[Any]:
-    """Per-element bounds as nested lists, infinities as None."""
-    bounds: list[Any] = _finite_or_none(values.astype(np.float64).tolist())
-    return bounds
-
-
-def _finite_or_none(value: Any) -> Any:
+def _levels(value: Any) -> int:
+    """How many levels of maps and lists `value` nests."""
+    if isinstance(value, dict):
+        return 1 + max(map(_levels, value.values()), default=0)
     if isinstance(value, list):
-        return [_finite_or_none(v) for v in value]
-    return value if math.isfinite(value) else None
-
-
-def _box_spec(space: Any, name: str, extra: dict[str, Any]) -> ArraySpec:
-    low, high = _bounds(space.low), _bounds(space.high)
-    if low is None or high is None:
-        extra[f"{name}_low"] = _bounds_list(space.low)
-        extra[f"{name}_high"] = _bounds_list(space.high)
-    return ArraySpec(tuple(space.shape), space.dtype.name, low, high)
+        return 1 + max(map(_levels, value), default=0)
+    return 0
 
 
 class GymnasiumEnvironment(Environment):
@@ -119,13 +131,14 @@ class GymnasiumEnvironment(Environment):
     def __init__(self, config: Mapping[str, Any], allowed: tuple[str, ...] | None = None) -> None:
         try:
             import gymnasium
-            from gymnasium import spaces
+
+            from .. import gymspaces
         except ImportError:
             raise EnvConfigError(
                 "Gymnasium is not installed on this server (pip install 'openenv-ws[gym]')"
             ) from None
 
-        check_keys(config, ("id", "kwargs"), "gymnasium environment")
+        check_keys(config, ("id", "kwargs", RENDER_KEY), "gymnasium environment")
         env_id = config.get("id")
         if not isinstance(env_id, str):
             raise EnvConfigError(f"option 'id' must be a Gymnasium id string, got {brief(env_id)}")
@@ -133,51 +146,76 @@ class GymnasiumEnvironment(Environment):
         if env_id not in ids:
             raise EnvConfigError(
                 f"Gymnasium id {env_id!r} is not allowed on this server (allowed: "
-                f"{', '.join(ids)}); allow it with the environment variable {IDS_ENV}"
+                f"{', '.join(ids)}); allow it with `openenv-ws serve --gym-ids` or the "
+                f"environment variable {IDS_ENV}"
             )
         kwargs = config.get("kwargs", {})
         if not isinstance(kwargs, dict):
             raise EnvConfigError(f"option 'kwargs' must be a map, got {brief(kwargs)}")
         kwargs = _plain(kwargs, "option 'kwargs'")
+        if "render_mode" in kwargs:
+            raise EnvConfigError(
+                f"kwargs 'render_mode' is not for a server; ask for rgb_array frames with "
+                f'"{RENDER_KEY}": true in the config'
+            )
+        render = config.get(RENDER_KEY, False)
+        if not isinstance(render, bool):
+            raise EnvConfigError(
+                f"option {RENDER_KEY!r} must be true or false, got {brief(render)}"
+            )
+        if render:
+            kwargs["render_mode"] = "rgb_array"
         try:
             env = gymnasium.make(env_id, **kwargs)
         except Exception as exc:  # noqa: BLE001 - gymnasium.make raises any kind for a bad config
             raise EnvConfigError(f"gymnasium.make({env_id!r}) failed: {exc}") from None
-        extra: dict[str, Any] = {"id": env_id}
         try:
-            obs_space, act_space = env.observation_space, env.action_space
-            if not isinstance(obs_space, spaces.Box):
+            spec = EnvSpec(
+                _carried(gymspaces.space_of, env.action_space, f"action space of {env_id!r}"),
+                _carried(
+                    gymspaces.space_of, env.observation_space, f"observation space of {env_id!r}"
+                ),
+                {"id": env_id},
+            )
+            if _levels(spec.to_wire()) > MAX_DEPTH:
                 raise EnvConfigError(
-                    f"observation space {type(obs_space).__name__} of {env_id!r} is not carried yet"
-                )
-            observation = _box_spec(obs_space, "observation", extra)
-            action: DiscreteSpec | ArraySpec
-            if isinstance(act_space, spaces.Discrete):
-                if int(act_space.start) != 0:
-                    raise EnvConfigError(
-                        f"action space Discrete(start={int(act_space.start)}) of {env_id!r} "
-                        "is not carried yet (only Discrete starting at 0)"
-                    )
-                action = DiscreteSpec(int(act_space.n))
-            elif isinstance(act_space, spaces.Box):
-                action = _box_spec(act_space, "action", extra)
-            else:
-                raise EnvConfigError(
-                    f"action space {type(act_space).__name__} of {env_id!r} is not carried yet"
+                    f"the spaces of {env_id!r} nest too deep: their description in 'opened' "
+                    f"would take more than the {MAX_DEPTH} levels of maps and lists a frame may "
+                    "hold (each Dict or Tuple takes two)"
                 )
         except BaseException:
             env.close()
             raise
         self._env = env
         self._id = env_id
-        self._act_space = act_space
-        self._spec = EnvSpec(action, observation, extra)
+        self._render = render
+        self._spec = spec
+        self._to_wire = gymspaces.to_wire
+        self._gym_action = gymspaces.gym_action
         self._episode_id: str | None = None
         self._steps = 0
 
     @property
     def spec(self) -> EnvSpec:
         return self._spec
+
+    def _obs(self, obs: Any) -> Any:
+        space = self._spec.observation
+        return np.asarray(obs) if isinstance(space, ArraySpec) else self._to_wire(space, obs)
+
+    def _result_info(self, info: Any) -> dict[str, Any]:
+        out: dict[str, Any] = _info(info)
+        if self._render:
+            frame = self._env.render()
+            if not (
+                isinstance(frame, np.ndarray)
+                and frame.dtype == np.uint8
+                and frame.ndim == 3
+                and frame.shape[2] == 3
+            ):
+                raise RuntimeError(f"{self._id} rendered {brief(frame)}, not an RGB uint8 frame")
+            out[RENDER_KEY] = frame
+        return out
 
     def reset(
         self,
@@ -189,46 +227,19 @@ class GymnasiumEnvironment(Environment):
         obs, info = self._env.reset(seed=seed, options=dict(options) if options else None)
         self._episode_id = episode_id or uuid.uuid4().hex
         self._steps = 0
-        return EnvResult(np.asarray(obs), info=_info(info))
-
-    def _action(self, action: Any) -> Any:
-        spec = self._spec.action
-        if isinstance(spec, DiscreteSpec):
-            if not spec.contains(action):
-                raise InvalidAction(
-                    f"action must be an integer in 0..{spec.n - 1}, got {brief(action)}"
-                )
-            return action
-        if isinstance(action, int | float) and not isinstance(action, bool):
-            action = [action]
-        if isinstance(action, list):
-            try:
-                action = np.asarray(action, dtype=spec.dtype)
-            except (TypeError, ValueError):
-                raise InvalidAction(
-                    f"action must be numbers of shape {list(spec.shape)}, got {brief(action)}"
-                ) from None
-        if not isinstance(action, np.ndarray) or action.dtype.kind not in "fiu":
-            raise InvalidAction(
-                f"action must be a numeric array of shape {list(spec.shape)}, got {brief(action)}"
-            )
-        if action.shape != spec.shape:
-            raise InvalidAction(
-                f"action must have shape {list(spec.shape)}, got shape {list(action.shape)}"
-            )
-        if not np.all(np.isfinite(action)):
-            raise InvalidAction("action must be finite (no NaN or infinity)")
-        return action.astype(spec.dtype, copy=False)
+        return EnvResult(self._obs(obs), info=self._result_info(info))
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
-        obs_, reward, terminated, truncated, info = self._env.step(self._action(action))
+        obs_, reward, terminated, truncated, info = self._env.step(
+            self._gym_action(self._spec.action, action)
+        )
         self._steps += 1
         return EnvResult(
-            np.asarray(obs_) if obs else None,
+            self._obs(obs_) if obs else None,
             float(reward),
             bool(terminated),
             bool(truncated),
-            _info(info),
+            self._result_info(info),
         )
 
     def state(self) -> dict[str, Any]:

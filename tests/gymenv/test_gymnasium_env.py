@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 
 from openenv_ws.client import EnvClient
-from openenv_ws.envs.gymnasium import DEFAULT_IDS, IDS_ENV, gymnasium_plugin
-from openenv_ws.errors import RemoteEnvError
+from openenv_ws.envs.gymnasium import DEFAULT_IDS, IDS_ENV, RENDER_KEY, gymnasium_plugin
+from openenv_ws.errors import EnvConfigError, RemoteEnvError
+from openenv_ws.gym import RemoteEnv
 from openenv_ws.server import ServerThread, create_app
+from openenv_ws.spaces import DiscreteSpec
+
+from . import textenvs
 
 STEPS = 500
 
@@ -68,13 +72,29 @@ def test_id_outside_the_allow_list_is_refused(server: ServerThread) -> None:
         EnvClient(server.url, config={"id": "Ant-v5"})
 
 
-def test_unsupported_space_and_bad_kwargs_are_refused(server: ServerThread) -> None:
-    with pytest.raises(RemoteEnvError, match=r"observation space Tuple .* not carried yet"):
-        EnvClient(server.url, config={"id": "Blackjack-v1"})
+def test_bad_kwargs_are_refused(server: ServerThread) -> None:
     with pytest.raises(RemoteEnvError, match="unexpected keyword argument 'bogus'"):
         EnvClient(server.url, config={"id": "CartPole-v1", "kwargs": {"bogus": 1}})
     with pytest.raises(RemoteEnvError, match="unknown gymnasium environment option"):
         EnvClient(server.url, config={"id": "CartPole-v1", "seed": 1})
+    with pytest.raises(
+        RemoteEnvError, match=r"'render_mode' is not for a server.*\"render\": true"
+    ):
+        EnvClient(server.url, config={"id": "CartPole-v1", "kwargs": {"render_mode": "human"}})
+    with pytest.raises(RemoteEnvError, match="option 'render' must be true or false"):
+        EnvClient(server.url, config={"id": "CartPole-v1", "render": 1})
+
+
+def test_spaces_without_a_wire_form_are_refused() -> None:
+    plugin = gymnasium_plugin((textenvs.SEQUENCE, textenvs.DEEP))
+    with ServerThread(create_app(plugin)) as srv:
+        with pytest.raises(
+            RemoteEnvError, match=r"observation space .* Sequence space has no form"
+        ):
+            EnvClient(srv.url, config={"id": textenvs.SEQUENCE})
+        with pytest.raises(RemoteEnvError, match=r"nest too deep.* more than the 8 levels") as e:
+            EnvClient(srv.url, config={"id": textenvs.DEEP})
+        assert e.value.code == "bad_config"
 
 
 def test_bad_box_actions_are_refused_and_the_sessions_go_on(server: ServerThread) -> None:
@@ -87,26 +107,31 @@ def test_bad_box_actions_are_refused_and_the_sessions_go_on(server: ServerThread
         want, _ = healthy_local.reset(seed=3)
         np.testing.assert_array_equal(healthy.reset(seed=3).observation, want)
         bad: list[tuple[Any, str | None]] = [
-            (np.zeros(2, np.float32), r"shape \[1\], got shape \[2\]"),
-            (np.array([np.nan], np.float32), "finite"),
-            (np.array([np.inf], np.float32), "finite"),
-            ({"torque": 1.0}, "numeric array"),
-            (np.array([True]), "numeric array"),
+            (np.zeros(2, np.float32), r"shape \[2\] is not \[1\]"),
+            (np.array([np.nan], np.float32), "NaN or infinity"),
+            (np.array([np.inf], np.float32), "NaN or infinity"),
+            (np.array([1e300]), "above the space's high bound"),
+            (np.array([2.5], np.float32), "above the space's high bound"),
+            (-3, "below the space's low bound"),
+            ({"torque": 1.0}, "an array is needed, got dict"),
+            ("1.0", "an array is needed, got str"),
             (np.array([1.0]), None),  # float64 where float32 is declared: converted
-            ([1.0, 2.0], r"shape \[1\]"),
+            (1.5, None),  # a number for a Box of shape (1,)
+            ([1.0, 2.0], r"shape \[2\] is not \[1\]"),
+            ([[1.0], [2.0, 3.0]], "an array is needed, got list"),
         ]
-        for action, message in bad:
+        for i, (action, message) in enumerate(bad):
             if message is None:
                 assert hostile.step(action).observation.shape == (3,)
                 continue
             with pytest.raises(RemoteEnvError, match=message) as caught:
                 hostile.step(action)
             assert caught.value.code == "invalid_action"
-            want = healthy_local.step(0)
-            got = healthy.step(0)
+            want = healthy_local.step(i % 2)  # left and right: the pole stays up
+            got = healthy.step(i % 2)
             np.testing.assert_array_equal(got.observation, want[0])
         assert hostile.step(np.array([0.5], np.float32)).observation.shape == (3,)
-        with pytest.raises(RemoteEnvError, match=r"integer in 0\.\.1"):
+        with pytest.raises(RemoteEnvError, match=r"2 is outside 0\.\.1"):
             healthy.step(2)
         assert healthy.step(1).observation.shape == (4,)
     healthy_local.close()
@@ -133,31 +158,77 @@ def test_the_allow_list_comes_from_the_environment_variable(
 
 
 class _StartAtOne(gymnasium.Env[np.ndarray, int]):
-    """CartPole's spaces but actions numbered from 1."""
+    """Actions numbered from 1; the observation is the last action, twice."""
 
-    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    observation_space = gymnasium.spaces.Box(-1.0, 3.0, (2,), np.float32)
     action_space = gymnasium.spaces.Discrete(2, start=1)
 
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
 
-def test_discrete_start_and_discrete_observations_are_refused() -> None:
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert type(action) is int and action in (1, 2), action
+        return np.full(2, action, np.float32), float(action), False, False, {}
+
+
+def test_discrete_actions_with_a_start() -> None:
     gymnasium.register("StartAtOne-v0", entry_point=_StartAtOne)
-    plugin = gymnasium_plugin(("StartAtOne-v0", "Taxi-v4"))
-    with ServerThread(create_app(plugin)) as srv:
-        with pytest.raises(RemoteEnvError, match=r"Discrete\(start=1\) .* not carried yet"):
-            EnvClient(srv.url, config={"id": "StartAtOne-v0"})
-        with pytest.raises(RemoteEnvError, match=r"observation space Discrete .* not carried yet"):
-            EnvClient(srv.url, config={"id": "Taxi-v4"})
+    with (
+        ServerThread(create_app(gymnasium_plugin(("StartAtOne-v0",)))) as srv,
+        EnvClient(srv.url, config={"id": "StartAtOne-v0"}) as env,
+    ):
+        assert env.spec.action == DiscreteSpec(2, (), 1)
+        env.reset(seed=0)
+        assert env.step(2).observation.tolist() == [2.0, 2.0]
+        for action, message in ((0, r"0 is outside 1\.\.2"), (3, "3 is outside"), (True, "bool")):
+            with pytest.raises(RemoteEnvError, match=message):
+                env.step(action)
+        assert env.step(1).reward == 1.0
 
 
 @pytest.mark.parametrize("env_id", DEFAULT_IDS)
-def test_every_default_id_opens_or_is_refused_as_not_carried(env_id: str) -> None:
+def test_every_default_id_opens(env_id: str) -> None:
     from openenv_ws.envs.gymnasium import GymnasiumEnvironment
-    from openenv_ws.errors import EnvConfigError
 
-    try:
-        env = GymnasiumEnvironment({"id": env_id})
-    except EnvConfigError as exc:
-        assert "is not carried yet" in str(exc)
-    else:
-        assert env.reset(seed=0).obs.dtype == np.dtype(env.spec.observation.dtype)
-        env.close()
+    env = GymnasiumEnvironment({"id": env_id})
+    obs = env.reset(seed=0).obs
+    assert env.spec.observation.check(obs) is None, obs
+    env.close()
+
+
+def test_frames_on_request_equal_in_process_render(server: ServerThread) -> None:
+    plugin = gymnasium_plugin((textenvs.TYPING,))
+    local = gymnasium.make(textenvs.TYPING, render_mode="rgb_array")
+    local.action_space.seed(5)
+    config = {"id": textenvs.TYPING, "render": True}
+    with (
+        ServerThread(create_app(plugin)) as srv,
+        EnvClient(srv.url, config=config) as env,
+        RemoteEnv(srv.url, config=config, render_mode="rgb_array") as adapter,
+    ):
+        local.reset(seed=5)
+        frame = env.reset(seed=5).info[RENDER_KEY]
+        assert (frame.dtype, frame.shape) == (np.uint8, (8, 20, 3))
+        np.testing.assert_array_equal(frame, local.render())
+        adapter.reset(seed=5)
+        for i in range(30):  # across episode ends (12 steps at most)
+            action = local.action_space.sample()
+            *_, terminated, truncated, _ = local.step(action)
+            want = local.render()
+            np.testing.assert_array_equal(env.step(action).info[RENDER_KEY], want)
+            adapter.step(action)
+            np.testing.assert_array_equal(adapter.render(), want)
+            if terminated or truncated:
+                local.reset(seed=i)
+                want = local.render()
+                np.testing.assert_array_equal(env.reset(seed=i).info[RENDER_KEY], want)
+                adapter.reset(seed=i)
+                np.testing.assert_array_equal(adapter.render(), want)
+    local.close()
+    with EnvClient(server.url, config={"id": "CartPole-v1"}) as plain:
+        assert RENDER_KEY not in plain.reset(seed=0).info
+        with pytest.raises(EnvConfigError, match="render_mode='rgb_array' needs"):
+            RemoteEnv(server.url, config={"id": "CartPole-v1"}, render_mode="rgb_array")
