@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from openenv_ws.environment import Environment, EnvResult, EnvSpec
+from openenv_ws.errors import InvalidAction
 from openenv_ws.registry import load_env
 from openenv_ws.server import ServerThread, create_app
 from openenv_ws.spaces import (
@@ -26,6 +27,7 @@ from openenv_ws.spaces import (
     DiscreteSpec,
     JsonSpec,
     MultiBinarySpec,
+    MultiDiscreteSpec,
     Space,
     TextSpec,
     TupleSpec,
@@ -82,8 +84,8 @@ def _picture(step: int) -> np.ndarray[Any, Any]:
 class StructuredEnv(Environment):
     """Echoes each action into the next observation, as text, so a test can read it back."""
 
-    def __init__(self, action: Space) -> None:
-        self._spec = EnvSpec(action=action, observation=OBSERVATION, extra={"env": "structured"})
+    def __init__(self, action: Space, observation: Space = OBSERVATION) -> None:
+        self._spec = EnvSpec(action=action, observation=observation, extra={"env": "structured"})
         self._steps = 0
         self._last = "none"
 
@@ -91,7 +93,9 @@ class StructuredEnv(Environment):
     def spec(self) -> EnvSpec:
         return self._spec
 
-    def _obs(self) -> dict[str, Any]:
+    def _obs(self) -> Any:
+        if isinstance(self._spec.observation, TextSpec):
+            return self._last
         return {
             "count": self._steps,
             "note": self._last,
@@ -115,7 +119,7 @@ class StructuredEnv(Environment):
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
         why = self._spec.action.check(action)
         if why is not None:
-            raise ValueError(why)
+            raise InvalidAction(why)
         self._steps += 1
         self._last = _describe(action)
         return EnvResult(obs=self._obs(), reward=1.0, truncated=self._steps >= 50)
@@ -135,30 +139,58 @@ def _describe(v: Any) -> str:
     return repr(v)
 
 
-def _factory(action: Space) -> Any:
+def _factory(action: Space, observation: Space = OBSERVATION) -> Any:
     def make(config: dict[str, Any]) -> StructuredEnv:
-        return StructuredEnv(action)
+        return StructuredEnv(action, observation)
 
     return make
 
 
 @pytest.fixture
-def run_on(browser_context: Any) -> Iterator[Any]:  # noqa: F811 - the imported fixture
+def page_on(browser_context: Any) -> Iterator[Any]:  # noqa: F811 - the imported fixture
+    """start(factory, seed, config) -> a page on a server of `factory`, its session
+    started paused with `seed` and the extra `config`."""
     stack = contextlib.ExitStack()
 
-    def start(action: Space) -> PageRun:
-        server = stack.enter_context(ServerThread(create_app(_factory(action))))
+    def start(factory: Any, seed: int = 0, config: str = "{}") -> PageRun:
+        server = stack.enter_context(ServerThread(create_app(factory)))
         run = PageRun(browser_context, server.http_url)
         stack.callback(run.close)
         run.open()
+        run.page.fill("#extra-config", config)
         run.page.check("#start-paused")
-        run.page.fill("#seed", "0")
+        run.page.fill("#seed", str(seed))
         run.page.click("#start")
-        run.wait_text("stat-episode", "running (seed 0)")
+        run.wait_text("stat-episode", f"running (seed {seed})")
         return run
 
     with stack:
         yield start
+
+
+@pytest.fixture
+def run_on(page_on: Any) -> Any:
+    """start(action, observation) -> a page playing a StructuredEnv of these spaces."""
+    return lambda action, observation=OBSERVATION: page_on(_factory(action, observation))
+
+
+@pytest.fixture
+def gym_on(page_on: Any) -> Iterator[Any]:
+    """start(gym_id, seed) -> (a page on the Gymnasium plugin's session of `gym_id`,
+    gymnasium.make(gym_id) reset with the same seed, and its first observation)."""
+    gymnasium = pytest.importorskip("gymnasium")
+    made: list[Any] = []
+
+    def start(gym_id: str, seed: int) -> tuple[PageRun, Any, Any]:
+        run = page_on(load_env("gymnasium"), seed, json.dumps({"id": gym_id}))
+        reference = gymnasium.make(gym_id)
+        made.append(reference)
+        obs, _ = reference.reset(seed=seed)
+        return run, reference, obs
+
+    yield start
+    for reference in made:
+        reference.close()
 
 
 def _note(run: PageRun) -> str:
@@ -267,38 +299,95 @@ def test_json_schema_action_gets_a_form(run_on: Any) -> None:
     )
 
 
-def test_gymnasium_blackjack_tuple_observation(browser_context: Any) -> None:  # noqa: F811
+def test_gymnasium_blackjack_tuple_observation(gym_on: Any) -> None:
     """Blackjack-v1 served by the Gymnasium plugin: its Tuple observation is a list in
     the tree, equal to gymnasium.make's for the same seed and actions."""
-    gymnasium = pytest.importorskip("gymnasium")
-    reference = gymnasium.make("Blackjack-v1")
-    with ServerThread(create_app(load_env("gymnasium"))) as server:
-        run = PageRun(browser_context, server.http_url)
-        try:
-            run.open()
-            run.page.fill("#extra-config", '{"id": "Blackjack-v1"}')
-            run.page.fill("#seed", "5")
-            run.page.check("#start-paused")
-            run.page.click("#start")
-            run.wait_text("stat-episode", "running (seed 5)")
-            obs, _ = reference.reset(seed=5)
-            assert run.page.locator("#tree > details > summary").inner_text() == "list of 3"
-            assert _leaves(run) == [f"[{i}]: {int(v)}" for i, v in enumerate(obs)]
-            # Discrete actions keep the buttons: 1 hits, 0 sticks (which ends the episode).
-            assert run.page.locator("#actions button").count() == 2
-            for steps, action in enumerate((1, 0), start=1):
-                obs, reward, terminated, truncated, _ = reference.step(action)
-                run.page.click(f"#actions button[data-action='{action}']")
-                run.wait_text("stat-steps", str(steps))
-                assert _leaves(run) == [f"[{i}]: {int(v)}" for i, v in enumerate(obs)]
-                assert float(run.text("stat-score")) == reward
-                if terminated or truncated:
-                    run.wait_text("stat-episode", "game over")
-                    break
-        finally:
-            run.close()
-            reference.close()
+    run, reference, obs = gym_on("Blackjack-v1", 5)
+    assert run.page.locator("#tree > details > summary").inner_text() == "list of 3"
+    assert _leaves(run) == [f"[{i}]: {int(v)}" for i, v in enumerate(obs)]
+    # Discrete actions keep the buttons: 1 hits, 0 sticks (which ends the episode).
+    assert run.page.locator("#actions button").count() == 2
+    for steps, action in enumerate((1, 0), start=1):
+        obs, reward, terminated, truncated, _ = reference.step(action)
+        run.page.click(f"#actions button[data-action='{action}']")
+        run.wait_text("stat-steps", str(steps))
+        assert _leaves(run) == [f"[{i}]: {int(v)}" for i, v in enumerate(obs)]
+        assert float(run.text("stat-score")) == reward
+        if terminated or truncated:
+            run.wait_text("stat-episode", "game over")
+            break
 
 
 def _leaves(run: PageRun) -> list[str]:
     return [str(t) for t in run.page.locator("#tree .t-leaf").all_inner_texts()]
+
+
+def test_gymnasium_pendulum_box_action_from_a_number_input(gym_on: Any) -> None:
+    """Pendulum-v1: the float observation vector is a tree line (dtype, shape, values) and
+    the Box action one number input within its bounds; results equal gymnasium.make's."""
+    run, reference, obs = gym_on("Pendulum-v1", 3)
+    assert run.page.locator("#screen").is_hidden()
+    _same_vector(run, obs)
+    box = run.page.locator("#action-input input[type='number']")
+    assert box.count() == 1
+    assert (box.get_attribute("min"), box.get_attribute("max")) == ("-2", "2")
+    score = 0.0
+    for steps, torque in enumerate((1.5, -0.75, 2.0), start=1):
+        box.fill(str(torque))
+        run.page.click("#send-action")
+        run.wait_text("stat-steps", str(steps))
+        obs, reward, *_ = reference.step(np.array([torque], np.float32))
+        score += float(reward)
+        _same_vector(run, obs)
+    assert float(run.text("stat-score")) == pytest.approx(score, abs=0.005)
+
+
+def _same_vector(run: PageRun, want: np.ndarray[Any, Any]) -> None:
+    """The tree's one line: the array's dtype and shape, then its values (6 digits)."""
+    leaves = run.page.locator("#tree .t-leaf")
+    assert leaves.count() == 1
+    assert leaves.locator(".t-type").inner_text() == f"{want.dtype.name} [{want.shape[0]}]"
+    values = leaves.locator(".t-values").inner_text()
+    got = [float(v) for v in values.strip("[]").split(", ")]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_many_elements_multi_discrete_and_long_text(run_on: Any) -> None:
+    """An array past 32 elements is one JSON list; multi_discrete elements are bounded
+    by start and nvec; a long text space is a text area; a string observation is one line."""
+    action = TupleSpec(
+        (
+            ArraySpec((5, 8), "int16", 0, 9),
+            MultiDiscreteSpec(np.array([3, 5]), np.array([1, -2])),
+            TextSpec(200),
+        )
+    )
+    run: PageRun = run_on(action, TextSpec(500))
+    page = run.page
+    assert _leaves(run) == ['"none"']
+    form = page.locator("#action-input")
+    big = form.locator("textarea.a-json")
+    assert json.loads(big.input_value()) == [0] * 40
+    numbers = form.locator("input[type='number']")
+    assert numbers.count() == 2
+    bounds = [
+        (numbers.nth(i).get_attribute("min"), numbers.nth(i).get_attribute("max")) for i in range(2)
+    ]
+    assert bounds == [("1", "3"), ("-2", "2")]
+    big.fill(json.dumps([[i % 10 for i in range(r * 8, r * 8 + 8)] for r in range(5)]))
+    numbers.nth(0).fill("3")
+    numbers.nth(1).fill("-2")
+    form.locator("textarea.a-text").fill("a longer message")
+    page.click("#send-action")
+    run.wait_text("stat-steps", "1")
+    grid = [[i % 10 for i in range(r * 8, r * 8 + 8)] for r in range(5)]
+    want = f"[int16{grid},int64[3,-2]".replace(" ", "") + ",'a longer message']"
+    assert _leaves(run) == [json.dumps(want)]
+
+    # 39 numbers for 40 elements: named, not sent.
+    big.fill(json.dumps(list(range(39))))
+    page.click("#send-action")
+    page.wait_for_function(
+        "() => document.getElementById('status').textContent.includes('give 40 numbers')"
+    )
+    assert run.text("stat-steps") == "1"

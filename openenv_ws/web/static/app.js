@@ -51,9 +51,14 @@ const screen = new Screen(ui.screen, ui.bytes);
 const tree = new Tree(ui.tree);
 const draw = (obs) => screen.draw(obs, Number(ui.scale.value));
 
-// An array observation on the canvas, any other value (a map, a list, a number, a string) as a tree.
+// Arrays drawn on the canvas: pictures (height x width, with 3 or 4 channels or
+// none) and bytes (such as Atari's RAM); any other value (a map, a list, a
+// number, a string, a vector of floats) is a tree.
+const onCanvas = (obs) =>
+  obs instanceof NDArray && (obs.dtype === "uint8" || obs.shape.length === 2 || (obs.shape.length === 3 && (obs.shape[2] === 3 || obs.shape[2] === 4)));
+
 function showObs(obs) {
-  const image = obs instanceof NDArray;
+  const image = onCanvas(obs);
   ui.screen.hidden = !image;
   ui.tree.hidden = image;
   if (image) draw(obs);
