@@ -391,3 +391,17 @@ def test_many_elements_multi_discrete_and_long_text(run_on: Any) -> None:
         "() => document.getElementById('status').textContent.includes('give 40 numbers')"
     )
     assert run.text("stat-steps") == "1"
+
+
+def test_large_discrete_space_is_a_select(run_on: Any) -> None:
+    """Past 64 actions a discrete space gets a select (from its start), not a button each."""
+    run: PageRun = run_on(DiscreteSpec(100, start=5))
+    assert run.page.locator("#actions").is_hidden()
+    select = run.page.locator("#action-input select")
+    assert select.locator("option").count() == 100
+    assert select.locator("option").first.inner_text() == "5"
+    select.select_option("42")
+    run.page.click("#send-action")
+    run.wait_text("stat-steps", "1")
+    assert _note(run) == "42"
+    assert run.text("stat-action") == "42"

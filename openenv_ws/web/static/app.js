@@ -70,6 +70,9 @@ function showObs(obs) {
 
 // ----------------------------------------------------------------- state
 
+/** Discrete spaces of up to this many actions get a button each (and the keys); larger ones a select. */
+const MAX_BUTTONS = 64;
+
 const game = {
   session: null,
   meanings: [],
@@ -379,7 +382,7 @@ async function startSession(event) {
     const token = ui.token.value === "" ? null : ui.token.value;
     const opened = await session.request({ op: "open", version: PROTOCOL_VERSION, config, token, structured: true });
     const action = opened.spec.action ?? {};
-    const discrete = action.type === "discrete";
+    const discrete = action.type === "discrete" && Number(action.n) <= MAX_BUTTONS;
     game.input = discrete ? null : actionInput(action);
     game.session = session;
     session.onlost = (why) => onLost(session, why);
