@@ -104,6 +104,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         compression=args.compression,
     )
     token = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.gym_ids is not None:
+        from .envs.gymnasium import IDS_ENV
+
+        os.environ[IDS_ENV] = args.gym_ids  # for this process and its workers
     plugin = _load_env(args.env)
     openenv_config = _env_config(plugin, args.openenv_config, "--openenv-config")
     warm = [_env_config(plugin, text, "--pool-warm") for text in args.pool_warm]
@@ -295,6 +299,12 @@ def _parser() -> argparse.ArgumentParser:
         "--env",
         default=DEFAULT_ENV,
         help="an installed environment (atari, fake, ...) or module:factory",
+    )
+    serve.add_argument(
+        "--gym-ids",
+        metavar="ID,ID,...",
+        help="the Gymnasium ids --env gymnasium may make, comma-separated (ids import code); "
+        "replaces the default list, and wins over the OPENENV_WS_GYM_IDS environment variable",
     )
     serve.add_argument(
         "--max-sessions",
