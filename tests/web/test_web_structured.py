@@ -66,6 +66,7 @@ JSON_ACTION = JsonSpec(
             "shout": {"title": "Shout", "type": "boolean", "default": False},
             "tone": {"$ref": "#/$defs/Tone", "default": "calm"},
             "meta": {"title": "Meta", "type": "object", "default": {}},
+            "hint": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
         },
         "required": ["message"],
         "$defs": {"Tone": {"title": "Tone", "type": "string", "enum": ["calm", "angry"]}},
@@ -287,7 +288,7 @@ def test_json_schema_action_gets_a_form(run_on: Any) -> None:
     # An optional field may be left out ("(none)"); the schema's default is chosen first.
     assert form.locator("select option").all_inner_texts() == ["(none)", "calm", "angry"]
     assert form.locator("select").evaluate("s => s.selectedOptions[0].textContent") == "calm"
-    form.locator("input[type='text']").fill("hi there")
+    form.locator("input[type='text']").first.fill("hi there")
     form.locator("input[type='number']").nth(0).fill("0.75")
     form.locator("input[type='checkbox']").check()
     form.locator("select").select_option(label="angry")

@@ -236,7 +236,8 @@ function property(schema, root, required) {
   if (s.type === "string") {
     const box = el("input", { type: "text", spellcheck: "false", maxLength: s.maxLength, placeholder: s.description ?? "" });
     if (typeof dflt === "string") box.value = dflt;
-    const read = () => (box.value === "" && !required && dflt === undefined ? undefined : box.value);
+    // Left empty, an optional field is left out (the model's default applies).
+    const read = () => (box.value === "" && !required ? undefined : box.value);
     return { node: box, read, sample: read };
   }
   if (s.type === "integer" || s.type === "number") {
