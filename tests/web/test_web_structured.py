@@ -406,3 +406,25 @@ def test_large_discrete_space_is_a_select(run_on: Any) -> None:
     run.wait_text("stat-steps", "1")
     assert _note(run) == "42"
     assert run.text("stat-action") == "42"
+
+
+def test_openenv_echo_environment_from_its_schema_form(page_on: Any) -> None:
+    """An environment written as openenv-core's docs show, served unchanged: the form
+    comes from its Pydantic action's schema, the observation model's dump is the tree."""
+    pytest.importorskip("openenv")
+    from openenv_ws.envs.openenv import openenv_plugin
+
+    from ..openenv_envs.envs import EchoEnvironment
+
+    run: PageRun = page_on(openenv_plugin(EchoEnvironment))
+    assert 'echoed_message: "Echo environment ready!"' in run.text("tree")
+    form = run.page.locator("#action-input")
+    assert form.locator("legend").inner_text() == "EchoAction"
+    message = form.get_by_role("textbox", name="message *")
+    message.fill("hello web")
+    run.page.click("#send-action")
+    run.wait_text("stat-steps", "1")
+    tree = run.text("tree")
+    assert 'echoed_message: "hello web"' in tree
+    assert "message_length: 9" in tree
+    assert run.text("stat-score") == "0.90"
