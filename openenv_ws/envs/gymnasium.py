@@ -6,8 +6,8 @@ An id of the form ``"module:Id"`` imports ``module`` first (Gymnasium's own rule
 e.g. ``"gymnasium_robotics:PointMaze_UMaze-v3"``.
 
 Ids import code, so only allowed ids are made: by default Gymnasium's own
-classic-control and toy-text ids (:data:`DEFAULT_IDS`, nothing to install
-beyond Gymnasium). ``openenv-ws serve --gym-ids ID,ID`` or the environment
+classic-control, toy-text and MuJoCo v5 ids (:data:`DEFAULT_IDS`; MuJoCo's
+need ``mujoco`` installed). ``openenv-ws serve --gym-ids ID,ID`` or the environment
 variable :data:`IDS_ENV` (the option wins when both are given) replaces that
 list for a server; :func:`gymnasium_plugin` builds a plugin with a list of its
 own.
@@ -63,8 +63,10 @@ IDS_ENV = "OPENENV_WS_GYM_IDS"
 #: The config key asking for frames, and the info key that carries them.
 RENDER_KEY = "render"
 
-#: Gymnasium's classic-control and toy-text ids (no extra package needed), as of Gymnasium 1.4
-#: (older releases refuse the ids they do not know yet, e.g. Taxi-v4, at open).
+#: Gymnasium's own ids, whose code ships with Gymnasium 1.4 (older releases refuse the ids
+#: they do not know yet, e.g. Taxi-v4, at open): classic control and toy text (nothing to
+#: install beyond Gymnasium), and the MuJoCo v5 tasks (they need ``pip install mujoco``;
+#: without it they are refused at open saying so).
 DEFAULT_IDS: tuple[str, ...] = (
     "Acrobot-v1",
     "CartPole-v1",
@@ -77,6 +79,17 @@ DEFAULT_IDS: tuple[str, ...] = (
     "FrozenLake-v1",
     "FrozenLake8x8-v1",
     "Taxi-v4",
+    "Ant-v5",
+    "HalfCheetah-v5",
+    "Hopper-v5",
+    "Humanoid-v5",
+    "HumanoidStandup-v5",
+    "InvertedDoublePendulum-v5",
+    "InvertedPendulum-v5",
+    "Pusher-v5",
+    "Reacher-v5",
+    "Swimmer-v5",
+    "Walker2d-v5",
 )
 
 _PLAIN = (bool, int, float, str, type(None))

@@ -25,19 +25,16 @@ from . import textenvs
 
 STEPS = 500
 POINT_MAZE = "gymnasium_robotics:PointMaze_UMaze-v3"
-EXTRA_IDS = ("HalfCheetah-v5", POINT_MAZE, textenvs.TYPING, textenvs.ALL_SPACES)
+EXTRA_IDS = (POINT_MAZE, textenvs.TYPING, textenvs.ALL_SPACES)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+def server() -> Iterator[ServerThread]:
     with (
         pytest.MonkeyPatch.context() as patch,
         ServerThread(create_app(gymnasium_factory)) as srv,
     ):
         patch.setenv(IDS_ENV, ",".join((*DEFAULT_IDS, *EXTRA_IDS)))
-        # MuJoCo writes its warnings (PointMaze has one) to MUJOCO_LOG.TXT in the
-        # directory it first ran in: not the checkout's.
-        patch.chdir(tmp_path_factory.mktemp("mujoco"))
         yield srv
 
 
