@@ -10,10 +10,19 @@ is ``{"observation": {...}, "reward": float | null, "done": bool}``.
 This module maps those shapes onto protocol v1 frames and back, for the
 server's compatibility layer (:mod:`openenv_ws.server.openenv_compat`) and for
 :class:`~openenv_ws.client.HTTPEnvClient` subclasses written in OpenEnv's
-style. The observation follows OpenEnv's Atari environment: ``screen`` (the
-observation as a flat list of numbers), ``screen_shape``, ``legal_actions``,
-and the ``info`` entries (for Atari ``lives``, ``episode_frame_number``,
-``frame_number``), plus ``terminated`` and ``truncated``.
+style. What an observation looks like depends on the session's spaces:
+
+- json (an OpenEnv environment served unchanged, :mod:`openenv_ws.envs.openenv`):
+  as openenv-core's server sends it. The ``result``'s obs is the
+  Observation model's dump, ``reward`` included; the reply's observation is
+  that dump without ``reward``, its reward the dump's (None stays null).
+  An action is the Action model's fields, the whole ``data`` object.
+- array (Atari): OpenEnv's Atari environment's: ``screen`` (the
+  observation as a flat list of numbers), ``screen_shape``, ``legal_actions``,
+  and the ``info`` entries (for Atari ``lives``, ``episode_frame_number``,
+  ``frame_number``), plus ``terminated`` and ``truncated``.
+- any other space: ``obs`` (the value as JSON), then the same ``info``
+  entries, ``terminated`` and ``truncated``.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ __all__ = [
     "dumps",
     "legal_actions",
     "metadata_payload",
+    "model_space",
     "openenv_error_code",
     "plain_json",
     "reset_fields",
@@ -97,13 +107,25 @@ def plain_json(value: Any) -> Any:
     )
 
 
-def action_from_openenv(data: Any) -> Any:
+def model_space(spec: Mapping[str, Any], side: str) -> bool:
+    """Whether the session's `side` (``"action"`` or ``"observation"``) is an OpenEnv
+    model (a json space)."""
+    space = spec.get(side)
+    return isinstance(space, Mapping) and space.get("type") == "json"
+
+
+def action_from_openenv(data: Any, *, model: bool = False) -> Any:
     """The protocol ``step.action`` for an OpenEnv action object.
+
+    With `model` (the session's action space is an OpenEnv Action model) the
+    object is the action, checked by the environment.
 
     Raises:
         ProtocolError: (``bad_request``) not an object, unknown keys, or neither
             ``action_id`` nor ``action``.
     """
+    if model and isinstance(data, Mapping):
+        return dict(data)
     if not isinstance(data, Mapping):
         raise ProtocolError(
             f'the action must be a JSON object such as {{"action_id": 0}}, '
@@ -165,18 +187,33 @@ def legal_actions(spec: Mapping[str, Any]) -> list[int]:
     return []
 
 
-def result_payload(frame: Result, legal: list[int], *, lists: bool = True) -> dict[str, Any]:
+def result_payload(
+    frame: Result, legal: list[int], *, lists: bool = True, model: bool = False
+) -> dict[str, Any]:
     """OpenEnv's ``{"observation", "reward", "done"}`` for a ``result`` frame.
 
-    With ``lists=False`` the screen stays a flat array, for :func:`dumps`.
+    With `model` the observation space is an OpenEnv Observation model (see
+    the module); otherwise with ``lists=False`` an array observation stays a
+    flat array, for :func:`dumps`.
     """
     obs = frame.obs
+    if model and type(obs) is dict:
+        fields = plain_json(obs)
+        reward = fields.pop("reward", frame.reward)
+        return {"observation": fields, "reward": reward, "done": frame.done}
+    if obs is not None and type(obs) is not np.ndarray:
+        observation: dict[str, Any] = {"obs": plain_json(obs)}
+        return _with_info(observation, frame)
     screen: Any = [] if obs is None else obs.ravel()
-    observation: dict[str, Any] = {
+    observation = {
         "screen": screen.tolist() if lists and obs is not None else screen,
         "screen_shape": list(obs.shape) if obs is not None else [],
         "legal_actions": legal,
     }
+    return _with_info(observation, frame)
+
+
+def _with_info(observation: dict[str, Any], frame: Result) -> dict[str, Any]:
     for key, value in frame.info.items():
         observation.setdefault(key, plain_json(value))
     observation["terminated"] = frame.terminated
@@ -227,7 +264,16 @@ _JSON_TYPES = {"bool": "boolean", "float16": "number", "float32": "number", "flo
 
 
 def schema_payload(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """OpenEnv's ``GET /schema`` reply: JSON schemas of action, observation and state."""
+    """OpenEnv's ``GET /schema`` reply: JSON schemas of action, observation and state.
+
+    An OpenEnv model's schema is its own (``spec.state_schema`` for the state).
+    """
+    if model_space(spec, "action") and model_space(spec, "observation"):
+        return {
+            "action": spec["action"].get("schema", {}),
+            "observation": spec["observation"].get("schema", {}),
+            "state": spec.get("state_schema") or _STATE_SCHEMA,
+        }
     action_spec = spec.get("action") or {}
     if action_spec.get("type") == "discrete":
         n = int(action_spec["n"])
@@ -275,20 +321,26 @@ def schema_payload(spec: Mapping[str, Any]) -> dict[str, Any]:
         "additionalProperties": True,
         "required": ["screen", "screen_shape", "legal_actions"],
     }
-    state = {
-        "title": "State",
-        "type": "object",
-        "properties": {
-            "episode_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-            "step_count": {"type": "integer", "minimum": 0},
-        },
-        "additionalProperties": True,
-    }
-    return {"action": action, "observation": observation, "state": state}
+    return {"action": action, "observation": observation, "state": _STATE_SCHEMA}
+
+
+_STATE_SCHEMA = {
+    "title": "State",
+    "type": "object",
+    "properties": {
+        "episode_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "step_count": {"type": "integer", "minimum": 0},
+    },
+    "additionalProperties": True,
+}
 
 
 def metadata_payload(spec: Mapping[str, Any], version: str) -> dict[str, Any]:
-    """OpenEnv's ``GET /metadata`` reply (``EnvironmentMetadata``)."""
+    """OpenEnv's ``GET /metadata`` reply (``EnvironmentMetadata``): an OpenEnv
+    environment's own (``spec.openenv_metadata``), or one naming the environment."""
+    own = spec.get("openenv_metadata")
+    if isinstance(own, Mapping):
+        return dict(own)
     family = str(spec.get("env", "environment"))
     game = spec.get("game")
     name = f"{family}:{game}" if game else family

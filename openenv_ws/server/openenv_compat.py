@@ -44,6 +44,7 @@ from ..openenv_dialect import (
     dumps,
     legal_actions,
     metadata_payload,
+    model_space,
     openenv_error_code,
     reset_fields,
     result_payload,
@@ -98,8 +99,9 @@ def parse_openenv_message(text: str) -> dict[str, Any] | None:
     return message
 
 
-def request_frame(kind: str, data: Any, rid: int) -> ClientFrame:
-    """The protocol v1 request for an OpenEnv request (``reset``/``step``/``state``/``close``).
+def request_frame(kind: str, data: Any, rid: int, *, model: bool = False) -> ClientFrame:
+    """The protocol v1 request for an OpenEnv request (``reset``/``step``/``state``/``close``);
+    `model`: the session's actions are an OpenEnv Action model's fields.
 
     Raises:
         ProtocolError: (``bad_request``) the data does not make a valid request.
@@ -108,7 +110,7 @@ def request_frame(kind: str, data: Any, rid: int) -> ClientFrame:
         case "reset":
             raw: dict[str, Any] = {"op": "reset", "id": rid, **reset_fields(data)}
         case "step":
-            raw = {"op": "step", "id": rid, "action": action_from_openenv(data)}
+            raw = {"op": "step", "id": rid, "action": action_from_openenv(data, model=model)}
         case "state":
             raw = {"op": "state", "id": rid}
         case _:
@@ -120,10 +122,11 @@ def request_frame(kind: str, data: Any, rid: int) -> ClientFrame:
         raise ProtocolError(str(exc), code="bad_request") from None
 
 
-def reply_data(frame: ServerFrame, legal: list[int]) -> dict[str, Any]:
-    """The ``data`` of OpenEnv's reply for a protocol v1 reply frame."""
+def reply_data(frame: ServerFrame, legal: list[int], *, model: bool = False) -> dict[str, Any]:
+    """The ``data`` of OpenEnv's reply for a protocol v1 reply frame; `model`: the
+    session's observations are an OpenEnv Observation model's dumps."""
     if type(frame) is Result:
-        return result_payload(frame, legal, lists=False)
+        return result_payload(frame, legal, lists=False, model=model)
     if type(frame) is StateReply:
         return state_payload(frame.state)
     if isinstance(frame, Error):
@@ -148,13 +151,17 @@ class OpenEnvWebSocket:
     message becomes one protocol v1 request frame (``"frame"`` in the
     ``websocket.receive`` message), and each reply frame becomes OpenEnv's
     JSON; messages that make no valid request are answered here, in OpenEnv's
-    words, and never reach the session. A reply frame sent before the dialect
-    is decided (a refusal) goes out as protocol v1 bytes.
+    words, and never reach the session. The first message is translated once
+    the session is open, when its spaces are known (an OpenEnv model's action
+    is the whole ``data``). A reply frame sent before the dialect is decided
+    (a refusal) goes out as protocol v1 bytes.
     """
 
     __slots__ = (
         "_config",
         "_legal",
+        "_model_action",
+        "_model_obs",
         "_next_id",
         "_open_failed",
         "_open_id",
@@ -181,6 +188,7 @@ class OpenEnvWebSocket:
         self.speaks_openenv = False
         self._queue: deque[Message] = deque()
         self._legal: list[int] = []
+        self._model_action = self._model_obs = False
         self._next_id = 0
         self._open_id = -1
         self._open_failed = False
@@ -205,11 +213,12 @@ class OpenEnvWebSocket:
                 # The server's config was refused: nothing can be served on this connection.
                 return {"type": "websocket.disconnect", "code": 1011}
             if self._queue:
-                queued = self._queue.popleft()
-                if queued["type"] != "openenv.reply":
-                    return queued
-                await self._send_text(queued["text"])
-                continue
+                first = self._queue.popleft()["message"]
+                request = self._request(first)
+                if type(request) is str:
+                    await self._send_text(request)
+                    continue
+                return {"type": "websocket.receive", "frame": request}
             message = await self._receive()
             if message["type"] != "websocket.receive":
                 return message
@@ -221,14 +230,9 @@ class OpenEnvWebSocket:
                     return message
                 self.speaks_openenv = True
                 self._open_id = self._id()
-                opened = Open(id=self._open_id, config=self._config)
-                request = self._request(first)
-                # A first message that makes no request is answered once the session is open.
-                self._queue.append(
-                    {"type": "openenv.reply", "text": request}
-                    if type(request) is str
-                    else {"type": "websocket.receive", "frame": request}
-                )
+                # This side reads structured values (SPEC section 22) for OpenEnv's client.
+                opened = Open(id=self._open_id, config=self._config, structured=True)
+                self._queue.append({"type": "openenv.request", "message": first})
                 return {"type": "websocket.receive", "frame": opened}
             if text is None:
                 # Refused as protocol v1 refuses a text message; the reply says why (below).
@@ -257,7 +261,9 @@ class OpenEnvWebSocket:
                 "VALIDATION_ERROR", f"Invalid message: unknown key(s) {', '.join(extra)}"
             )
         try:
-            return request_frame(kind, message.get("data", {}), self._id())
+            return request_frame(
+                kind, message.get("data", {}), self._id(), model=self._model_action
+            )
         except ProtocolError as exc:
             return dumps({"type": "error", "data": error_data(exc.code, str(exc))})
 
@@ -271,6 +277,8 @@ class OpenEnvWebSocket:
             return
         if type(frame) is Opened:
             self._legal = legal_actions(frame.spec)
+            self._model_action = model_space(frame.spec, "action")
+            self._model_obs = model_space(frame.spec, "observation")
             if self._spec_seen is not None:
                 self._spec_seen(frame.spec)
             return
@@ -297,7 +305,8 @@ class OpenEnvWebSocket:
             return
         reply_type = "state" if type(frame) is StateReply else "observation"
         try:
-            text = dumps({"type": reply_type, "data": reply_data(frame, self._legal)})
+            data = reply_data(frame, self._legal, model=self._model_obs)
+            text = dumps({"type": reply_type, "data": data})
         except ProtocolError as exc:  # a value of the environment JSON cannot carry
             await self._send_text(dumps({"type": "error", "data": error_data(exc.code, str(exc))}))
             await self._send({"type": "websocket.close", "code": 1011, "reason": "bad reply"})
@@ -320,23 +329,32 @@ class OpenEnvSession:
         spec: the session's spec, when it is already open.
     """
 
-    __slots__ = ("legal", "session", "spec")
+    __slots__ = ("legal", "model_action", "model_obs", "session", "spec")
 
     def __init__(self, session: ServerSession, spec: dict[str, Any] | None = None) -> None:
         self.session = session
         self.spec = spec
-        self.legal = legal_actions(spec) if spec is not None else []
+        self.legal: list[int] = []
+        self.model_action = self.model_obs = False
+        if spec is not None:
+            self._read(spec)
+
+    def _read(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.legal = legal_actions(spec)
+        self.model_action = model_space(spec, "action")
+        self.model_obs = model_space(spec, "observation")
 
     async def open(
         self, store: HTTPSessionStore, config: Mapping[str, Any], peer: str | None
     ) -> Error | None:
         """Open the session with the server's OpenEnv config; the error frame if refused."""
-        frame, _ = await store.serve(self.session, Open(id=0, config=dict(config)), peer)
+        opening = Open(id=0, config=dict(config), structured=True)
+        frame, _ = await store.serve(self.session, opening, peer)
         if isinstance(frame, Error):
             return frame
         assert isinstance(frame, Opened)
-        self.spec = frame.spec
-        self.legal = legal_actions(frame.spec)
+        self._read(frame.spec)
         return None
 
     async def request(
@@ -344,7 +362,7 @@ class OpenEnvSession:
     ) -> tuple[ServerFrame, CloseRequest | None]:
         """Serve one OpenEnv request; the reply frame and the close the session asks for."""
         try:
-            frame = request_frame(kind, data, 0)
+            frame = request_frame(kind, data, 0, model=self.model_action)
         except ProtocolError as exc:
             return error_frame(0, exc.code, str(exc)), None
         return await store.serve(self.session, frame)
@@ -387,8 +405,8 @@ class OpenEnvCompat:
             Route("/reset", _refusing(self.http_reset), methods=["POST"]),
             Route("/step", _refusing(self.http_step), methods=["POST"]),
             Route("/state", self.http_state, methods=["GET"]),
-            Route("/schema", self.http_schema, methods=["GET"]),
-            Route("/metadata", self.http_metadata, methods=["GET"]),
+            Route("/schema", _refusing(self.http_schema), methods=["GET"]),
+            Route("/metadata", _refusing(self.http_metadata), methods=["GET"]),
         ]
 
     async def _json_body(self, request: Request) -> Any:
@@ -480,7 +498,7 @@ class OpenEnvCompat:
         if isinstance(frame, Error):
             return _http_error(frame.code, frame.message)
         try:
-            return _json_response(reply_data(frame, client.legal))
+            return _json_response(reply_data(frame, client.legal, model=client.model_obs))
         except ProtocolError as exc:  # a value of the environment JSON cannot carry
             self.store.drop(client.session.session_id)
             return _http_error(exc.code, str(exc))

@@ -1,0 +1,516 @@
+"""OpenEnv environments served unchanged, as an openenv-ws environment plugin (entry point ``openenv``).
+
+Point the server at what an OpenEnv ``app.py`` passes to openenv-core's
+``create_app(env_factory, ActionCls, ObservationCls)``::
+
+    openenv-ws serve --env openenv --openenv-app my_env.server.env:EchoEnvironment
+    # the classes, when the environment's annotations do not name them:
+    #   --openenv-action my_env.models:EchoAction --openenv-observation my_env.models:EchoObservation
+
+(the options set the environment variables :data:`APP_ENV`, :data:`ACTION_ENV`
+and :data:`OBSERVATION_ENV`, which is how worker processes get them);
+:func:`openenv_plugin` does the same in Python. The session config is empty:
+the server decides which code runs, never a client.
+
+Each session gets its own instance of the environment. Its spaces are
+:class:`~openenv_ws.spaces.JsonSpec`: the JSON schemas of the Action and
+Observation models, named by class; ``spec.extra`` holds ``state_schema`` and
+``openenv_metadata`` (the environment's ``get_metadata()``).
+
+- An action is a map validated into the Action model (openenv-core's
+  ``deserialize_action``, so ``{"type": "call_tool", ...}`` and
+  ``{"type": "list_tools"}`` reach an MCP environment); a map the model
+  refuses is ``invalid_action`` naming the fields, the session goes on.
+- An observation is the model's dump without ``done`` and ``metadata``
+  (``reward`` stays, None included, so the dump is the model's own); the
+  result's reward is the Observation's (0.0 for None), ``terminated`` its
+  ``done``, ``info`` its ``metadata``.
+- An environment whose class does not set ``SUPPORTS_CONCURRENT_SESSIONS``
+  gets one session at a time per server process: a second ``open`` meanwhile
+  is refused with ``capacity`` (retry later; ``serve --workers N`` gives N).
+- Calls run on the session's worker thread under the server's per-call
+  deadline, never on the event loop (``--openenv-inline`` / :data:`INLINE_ENV`
+  says the environment's calls are short enough to run inline). An
+  environment that overrides ``reset_async`` or ``step_async`` (MCP
+  environments do), or offers ``mcp_session``, gets an event loop of its own
+  on a thread of its own, where its coroutines run and its MCP session stays
+  open for the session's lifetime: however it awaits, no other session waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import importlib
+import inspect
+import os
+import threading
+import typing
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..environment import Environment, EnvResult, EnvSpec, check_keys
+from ..errors import EnvConfigError, InvalidAction, InvalidState
+from ..registry import EnvPlugin
+from ..spaces import JsonSpec
+
+__all__ = [
+    "ACTION_ENV",
+    "APP_ENV",
+    "INLINE_ENV",
+    "OBSERVATION_ENV",
+    "OpenEnvApp",
+    "OpenEnvEnvironment",
+    "load_app",
+    "openenv_factory",
+    "openenv_plugin",
+]
+
+#: Environment variable: ``module:attr`` of the environment class or factory to serve.
+APP_ENV = "OPENENV_WS_OPENENV_APP"
+#: Environment variable: ``module:attr`` of its Action class (default: from its annotations).
+ACTION_ENV = "OPENENV_WS_OPENENV_ACTION"
+#: Environment variable: ``module:attr`` of its Observation class (default: from its annotations).
+OBSERVATION_ENV = "OPENENV_WS_OPENENV_OBSERVATION"
+#: Environment variable: ``1`` when the environment's calls may run on the event loop.
+INLINE_ENV = "OPENENV_WS_OPENENV_INLINE"
+
+#: Longest message a validation error gives (a hostile action may be huge).
+_MAX_WHY = 600
+
+
+def _core() -> Any:
+    try:
+        from openenv.core.env_server import interfaces
+    except ImportError as exc:
+        raise EnvConfigError(
+            "serving OpenEnv environments needs openenv-core: pip install 'openenv-ws[compat]' "
+            f"({exc})"
+        ) from None
+    return interfaces
+
+
+@dataclass
+class OpenEnvApp:
+    """What an OpenEnv app is built from, and how this server runs it.
+
+    Attributes:
+        factory: the environment class, or a callable without arguments returning one.
+        action_cls, observation_cls: the Pydantic Action and Observation classes.
+        env_cls: the environment's class (its ``SUPPORTS_CONCURRENT_SESSIONS`` decides).
+        inline: call the environment on the event loop (its calls are short).
+    """
+
+    factory: Callable[[], Any]
+    action_cls: type[Any]
+    observation_cls: type[Any]
+    env_cls: type[Any]
+    inline: bool = False
+    _spec: EnvSpec | None = field(default=None, repr=False)
+    _gate: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _busy: bool = field(default=False, repr=False)
+
+    @property
+    def concurrent(self) -> bool:
+        return bool(getattr(self.env_cls, "SUPPORTS_CONCURRENT_SESSIONS", False))
+
+    def take(self) -> None:
+        """Take the one session of an environment that is not concurrent."""
+        if self.concurrent:
+            return
+        with self._gate:
+            if self._busy:
+                raise InvalidState(
+                    f"{self.env_cls.__name__} does not declare SUPPORTS_CONCURRENT_SESSIONS, so "
+                    "this server process hosts one session of it at a time and one is open; "
+                    "retry when it closes (openenv-ws serve --workers N hosts N)",
+                    code="capacity",
+                )
+            self._busy = True
+
+    def give(self) -> None:
+        if not self.concurrent:
+            with self._gate:
+                self._busy = False
+
+    def spec(self, env: Any) -> EnvSpec:
+        """The spec of the app's sessions (made once, from the first instance)."""
+        if self._spec is None:
+            state_cls = _returned(type(env), "state", _core().State)
+            meta = env.get_metadata()
+            extra: dict[str, Any] = {
+                "env": "openenv",
+                "name": self.env_cls.__name__,
+                "state_schema": state_cls.model_json_schema(),
+                "openenv_metadata": _wire(meta.model_dump(mode="json")),
+                "concurrent": self.concurrent,
+            }
+            self._spec = EnvSpec(
+                action=JsonSpec(self.action_cls.model_json_schema(), self.action_cls.__name__),
+                observation=JsonSpec(
+                    self.observation_cls.model_json_schema(), self.observation_cls.__name__
+                ),
+                extra=extra,
+            )
+        return self._spec
+
+
+def _import(target: str, what: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise EnvConfigError(f"{what} {target!r} is not 'package.module:attribute'")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise EnvConfigError(f"{what} {target!r} cannot be imported: {exc}") from None
+    return found
+
+
+def _returns(fn: Any, base: type[Any]) -> type[Any]:
+    """The class `fn` is annotated to return, if a `base` (else `base`)."""
+    try:
+        hint = typing.get_type_hints(fn).get("return")
+    except Exception:  # noqa: BLE001 - no or unresolvable annotations: fall back
+        hint = None
+    return hint if isinstance(hint, type) and issubclass(hint, base) else base
+
+
+def _returned(owner: Any, name: str, base: type[Any]) -> type[Any]:
+    """The class `owner.name` (a method or property) is annotated to return, if a `base`."""
+    member = getattr(owner, name, None)
+    if isinstance(member, property):
+        member = member.fget
+    return base if member is None else _returns(member, base)
+
+
+def _generic_args(env_cls: type[Any]) -> tuple[Any, ...]:
+    """The ``Environment[Act, Obs, State]`` arguments of `env_cls`, if it names them."""
+    base = _core().Environment
+    for klass in env_cls.__mro__:
+        for orig in getattr(klass, "__orig_bases__", ()):
+            origin = typing.get_origin(orig)
+            if isinstance(origin, type) and issubclass(origin, base):
+                args = typing.get_args(orig)
+                if args and all(isinstance(a, type) for a in args[:2]):
+                    return args
+    return ()
+
+
+def _model_classes(env_cls: type[Any]) -> tuple[type[Any] | None, type[Any] | None]:
+    from openenv.core.env_server.types import Action, Observation
+
+    args = _generic_args(env_cls)
+    if len(args) >= 2 and issubclass(args[0], Action) and issubclass(args[1], Observation):
+        return args[0], args[1]
+    action = None
+    try:
+        hints = typing.get_type_hints(env_cls.step)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: ask for the classes
+        hints = {}
+    hint = hints.get("action")
+    if isinstance(hint, type) and issubclass(hint, Action) and hint is not Action:
+        action = hint
+    obs = _returned(env_cls, "step", Observation)
+    return action, (obs if obs is not Observation else None)
+
+
+def load_app(
+    env: Any,
+    action_cls: Any = None,
+    observation_cls: Any = None,
+    *,
+    inline: bool = False,
+) -> OpenEnvApp:
+    """An :class:`OpenEnvApp` from the environment class or factory and its model classes.
+
+    Each may be the object or a ``module:attr`` string. Without the classes,
+    they come from the environment's annotations (``Environment[Act, Obs,
+    State]``, or ``step``'s parameter and return types).
+
+    Raises:
+        EnvConfigError: something cannot be imported, is not what it should be,
+            or the classes are neither given nor annotated.
+    """
+    core = _core()
+    from openenv.core.env_server.types import Action, Observation
+
+    factory = _import(env, "the OpenEnv app") if isinstance(env, str) else env
+    if not callable(factory):
+        raise EnvConfigError(f"{factory!r} is neither an Environment class nor a factory")
+    if inspect.isclass(factory):
+        if not issubclass(factory, core.Environment):
+            raise EnvConfigError(f"{factory.__name__} is not an openenv-core Environment")
+        env_cls: type[Any] = factory
+    else:
+        env_cls = _returns(factory, core.Environment)
+        if env_cls is core.Environment:  # an unannotated factory: look at one instance
+            probe = factory()
+            env_cls = type(probe)
+            probe.close()
+    found_action, found_obs = _model_classes(env_cls)
+    classes = []
+    for given, found, base, what in (
+        (action_cls, found_action, Action, "Action"),
+        (observation_cls, found_obs, Observation, "Observation"),
+    ):
+        cls = _import(given, f"the {what} class") if isinstance(given, str) else given or found
+        if cls is None:
+            raise EnvConfigError(
+                f"{env_cls.__name__} does not name its {what} class in its annotations; "
+                f"give it (--openenv-{what.lower()} module:{what}Class)"
+            )
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise EnvConfigError(f"{cls!r} is not an openenv-core {what} class")
+        classes.append(cls)
+    return OpenEnvApp(factory, classes[0], classes[1], env_cls, inline=inline)
+
+
+class _Loop:
+    """An event loop on a thread of its own, for one environment's coroutines."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="openenv-ws-openenv-loop", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+def _overrides(env: Any, name: str) -> bool:
+    base = getattr(_core().Environment, name)
+    return getattr(type(env), name, base) is not base
+
+
+def _accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments `fn` takes (all of them if it takes ``**kwargs``), as
+    openenv-core's server passes them."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+_UNSET = object()
+
+
+def _wire(value: Any) -> Any:
+    """`value` as section 22 values: tuples as lists, numpy scalars and enums as their
+    values; :data:`_UNSET` for anything else (then the JSON dump is used)."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str, bytes) or kind is np.ndarray:
+        return value
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            item = _wire(v)
+            if type(k) is not str or item is _UNSET:
+                return _UNSET
+            out[k] = item
+        return out
+    if kind is list or kind is tuple:
+        items = [_wire(v) for v in value]
+        return _UNSET if any(i is _UNSET for i in items) else items
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, enum.Enum):
+        return _wire(value.value)
+    return _UNSET
+
+
+def _dump(model: Any, exclude: set[str] | None = None) -> Any:
+    out = _wire(model.model_dump(exclude=exclude))
+    return model.model_dump(mode="json", exclude=exclude) if out is _UNSET else out
+
+
+def _why(exc: Any, name: str) -> str:
+    parts = []
+    for err in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(p) for p in err.get("loc", ())) or "(the action)"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    text = f"the action is not a valid {name}: " + "; ".join(parts)
+    return text if len(text) <= _MAX_WHY else text[: _MAX_WHY - 3] + "..."
+
+
+class OpenEnvEnvironment(Environment):
+    """One instance of an OpenEnv environment, serving one session (see the module)."""
+
+    def __init__(self, app: OpenEnvApp) -> None:
+        from openenv.core.env_server.serialization import deserialize_action
+
+        self._app = app
+        self._deserialize = deserialize_action
+        app.take()
+        self._holding = True
+        self._loop: _Loop | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        try:
+            self._env = app.factory()
+            self._spec = app.spec(self._env)
+            self._async_reset = _overrides(self._env, "reset_async")
+            self._async_step = _overrides(self._env, "step_async")
+            mcp_session = getattr(self._env, "mcp_session", None)
+            if self._async_reset or self._async_step or callable(mcp_session):
+                self._loop = _Loop()
+                if callable(mcp_session):
+                    self._stack = self._loop.run(_enter(mcp_session))
+        except BaseException:
+            self.close()
+            raise
+        self.inline = app.inline and self._loop is None
+
+    @property
+    def spec(self) -> EnvSpec:
+        return self._spec
+
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> EnvResult:
+        kwargs: dict[str, Any] = dict(options or {})
+        if seed is not None:
+            kwargs["seed"] = seed
+        if episode_id is not None:
+            kwargs["episode_id"] = episode_id
+        env = self._env
+        if self._async_reset:
+            assert self._loop is not None
+            observation = self._loop.run(env.reset_async(**_accepted(env.reset_async, kwargs)))
+        else:
+            observation = env.reset(**_accepted(env.reset, kwargs))
+        return self._result(observation)
+
+    def step(self, action: Any, *, obs: bool = True) -> EnvResult:
+        from pydantic import ValidationError
+
+        name = self._app.action_cls.__name__
+        if type(action) is not dict:
+            raise InvalidAction(
+                f"an action is a map of the fields of {name}, got {type(action).__name__}"
+            )
+        try:
+            typed = self._deserialize(action, self._app.action_cls)
+        except ValidationError as exc:
+            raise InvalidAction(_why(exc, name)) from None
+        env = self._env
+        if self._async_step:
+            assert self._loop is not None
+            observation = self._loop.run(env.step_async(typed))
+        else:
+            observation = env.step(typed)
+        return self._result(observation)
+
+    def _result(self, observation: Any) -> EnvResult:
+        from openenv.core.env_server.types import Observation
+
+        if not isinstance(observation, Observation):
+            raise TypeError(
+                f"{type(self._env).__name__} returned {type(observation).__name__}, "
+                "not an openenv-core Observation"
+            )
+        reward = observation.reward
+        info = _wire(observation.metadata)
+        return EnvResult(
+            _dump(observation, {"done", "metadata"}),
+            0.0 if reward is None else float(reward),
+            bool(observation.done),
+            False,
+            info if type(info) is dict else {"metadata": _jsonable(observation.metadata)},
+        )
+
+    def state(self) -> dict[str, Any]:
+        state = self._env.state
+        out = _dump(state) if hasattr(state, "model_dump") else _wire(dict(state or {}))
+        if type(out) is not dict:
+            raise TypeError(f"{type(self._env).__name__}.state cannot be sent")
+        return out
+
+    def close(self) -> None:
+        loop, self._loop = self._loop, None
+        stack, self._stack = self._stack, None
+        try:
+            if loop is not None:
+                if stack is not None:
+                    loop.run(stack.aclose())
+                loop.stop()
+        finally:
+            env = getattr(self, "_env", None)
+            self._env = None
+            try:
+                if env is not None:
+                    env.close()
+            finally:
+                if self._holding:
+                    self._holding = False
+                    self._app.give()
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=str))
+
+
+async def _enter(mcp_session: Callable[[], Any]) -> contextlib.AsyncExitStack:
+    stack = contextlib.AsyncExitStack()
+    await stack.enter_async_context(mcp_session())
+    return stack
+
+
+def openenv_plugin(
+    env: Any,
+    action_cls: Any = None,
+    observation_cls: Any = None,
+    *,
+    inline: bool = False,
+) -> EnvPlugin[OpenEnvEnvironment]:
+    """A plugin serving an OpenEnv environment, for ``create_app`` (see :func:`load_app`)."""
+    app = load_app(env, action_cls, observation_cls, inline=inline)
+
+    def factory(config: dict[str, Any]) -> OpenEnvEnvironment:
+        check_keys(config, (), "OpenEnv session")
+        return OpenEnvEnvironment(app)
+
+    return EnvPlugin(factory)
+
+
+_loaded: dict[tuple[str, str, str, bool], OpenEnvApp] = {}
+_loading = threading.Lock()
+
+
+def openenv_factory(config: dict[str, Any]) -> OpenEnvEnvironment:
+    """The ``openenv`` entry point: serves the app named by :data:`APP_ENV`."""
+    target = os.environ.get(APP_ENV, "")
+    if not target:
+        raise EnvConfigError(
+            f"no OpenEnv app to serve: start the server with --openenv-app module:EnvClass "
+            f"(or set {APP_ENV})"
+        )
+    check_keys(config, (), "OpenEnv session")
+    key = (
+        target,
+        os.environ.get(ACTION_ENV, ""),
+        os.environ.get(OBSERVATION_ENV, ""),
+        os.environ.get(INLINE_ENV, "") == "1",
+    )
+    with _loading:
+        app = _loaded.get(key)
+        if app is None:
+            app = _loaded[key] = load_app(key[0], key[1] or None, key[2] or None, inline=key[3])
+    return OpenEnvEnvironment(app)
