@@ -64,23 +64,18 @@ function numbers(dtype, shape, low, high, labels) {
     return lo !== null && lo > 0 ? lo : Math.min(0, bound(high, i) ?? 0);
   };
   if (n > MAX_ELEMENT_INPUTS) {
-    const box = el("textarea", { class: "a-json", rows: 3, spellcheck: "false" });
-    box.value = JSON.stringify(Array.from({ length: n }, (_, i) => start(i)));
-    const read = () => {
-      let values;
-      try {
-        values = JSON.parse(box.value);
-      } catch (err) {
-        throw new InputError(`not valid JSON: ${err.message}`);
-      }
-      const flat = Array.isArray(values) ? values.flat(Infinity) : null;
-      if (flat === null || flat.length !== n || flat.some((v) => typeof v !== "number")) {
-        throw new InputError(`give ${n} numbers (a flat or nested JSON list)`);
-      }
-      return toArray(dtype, shape, flat);
-    };
-    const node = el("div", { class: "a-array" }, el("span", { class: "a-type", text: `${dtype} [${shape.join(", ")}], ${n} values` }), box);
-    return { node, read, sample };
+    const json = jsonTextarea(
+      Array.from({ length: n }, (_, i) => start(i)),
+      (values) => {
+        const flat = Array.isArray(values) ? values.flat(Infinity) : null;
+        if (flat === null || flat.length !== n || flat.some((v) => typeof v !== "number")) {
+          throw new InputError(`give ${n} numbers (a flat or nested JSON list)`);
+        }
+        return toArray(dtype, shape, flat);
+      },
+    );
+    const node = el("div", { class: "a-array" }, el("span", { class: "a-type", text: `${dtype} [${shape.join(", ")}], ${n} values` }), json.node);
+    return { node, read: json.read, sample };
   }
   const boxes = [];
   const grid = el("div", { class: "a-elements" });
@@ -148,7 +143,9 @@ function text(space) {
   const max = Number(space.max_length ?? 0);
   const min = Number(space.min_length ?? 0);
   const charset = typeof space.charset === "string" ? space.charset : "";
-  const box = el(max > 80 ? "textarea" : "input", { class: "a-text", maxLength: max, spellcheck: "false", rows: 3 });
+  const box = max > 80 ? el("textarea", { class: "a-text", rows: 3 }) : el("input", { class: "a-text", type: "text" });
+  box.maxLength = max;
+  box.spellcheck = false;
   const hint = `${min}..${max} characters${charset ? ` from ${JSON.stringify(charset.length > 40 ? `${charset.slice(0, 40)}…` : charset)}` : ""}`;
   box.placeholder = hint;
   const alphabet = charset || "abcdefghijklmnopqrstuvwxyz ";
@@ -188,9 +185,10 @@ function nested(entries, list) {
   return { node, read: () => gather("read"), sample: () => gather("sample") };
 }
 
-function jsonTextarea(initial, check = () => {}) {
+// A JSON field: `convert` checks what was typed and makes the action of it.
+function jsonTextarea(initial, convert = (v) => v) {
   const box = el("textarea", { class: "a-json", rows: 4, spellcheck: "false" });
-  box.value = JSON.stringify(initial, null, 1);
+  box.value = JSON.stringify(initial, null, Array.isArray(initial) ? 0 : 1);
   const read = () => {
     let v;
     try {
@@ -198,8 +196,7 @@ function jsonTextarea(initial, check = () => {}) {
     } catch (err) {
       throw new InputError(`not valid JSON: ${err.message}`);
     }
-    check(v);
-    return v;
+    return convert(v);
   };
   return { node: box, read, sample: read };
 }
@@ -265,6 +262,7 @@ function jsonForm(space) {
   const props = isMap(root.properties) ? root.properties : null;
   const mapCheck = (v) => {
     if (v === null || typeof v !== "object" || Array.isArray(v)) throw new InputError("the action must be a JSON object");
+    return v;
   };
   if (props === null || Object.keys(props).length === 0) return jsonTextarea({}, mapCheck);
   const required = new Set(Array.isArray(root.required) ? root.required : []);
