@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import InvalidState
+from .spaces import ArraySpec, DiscreteSpec, Space, space_from_wire
 
 __all__ = [
     "AUTORESET_MODES",
@@ -34,44 +35,11 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class DiscreteSpec:
-    """A discrete action space: integers ``0 .. n-1``, with optional names."""
-
-    n: int
-    meanings: tuple[str, ...] = ()
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": "discrete", "n": self.n, "meanings": list(self.meanings)}
-
-    def contains(self, action: Any) -> bool:
-        return type(action) is int and 0 <= action < self.n
-
-
-@dataclass(frozen=True, slots=True)
-class ArraySpec:
-    """An array with a fixed shape and dtype, bounded by ``low`` and ``high``."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    low: float | int | None = None
-    high: float | int | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "type": "array",
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "low": self.low,
-            "high": self.high,
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class EnvSpec:
     """What a session offers: its action and observation spaces, plus extras."""
 
-    action: DiscreteSpec | ArraySpec
-    observation: ArraySpec
+    action: Space
+    observation: Space
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
@@ -83,30 +51,26 @@ class EnvSpec:
 
     @classmethod
     def from_wire(cls, spec: Mapping[str, Any]) -> EnvSpec:
-        """Rebuild a spec from the ``spec`` map of an ``opened`` frame."""
+        """Rebuild a spec from the ``spec`` map of an ``opened`` frame.
+
+        Raises:
+            SpaceError: a space that is not one of section 22's.
+        """
         extra = {k: v for k, v in spec.items() if k not in ("action", "observation")}
         return cls(
-            action=_space_from_wire(spec["action"]),
-            observation=_array_from_wire(spec["observation"]),
+            action=space_from_wire(spec["action"]),
+            observation=space_from_wire(spec["observation"]),
             extra=extra,
         )
-
-
-def _array_from_wire(d: Mapping[str, Any]) -> ArraySpec:
-    return ArraySpec(tuple(d["shape"]), str(d["dtype"]), d.get("low"), d.get("high"))
-
-
-def _space_from_wire(d: Mapping[str, Any]) -> DiscreteSpec | ArraySpec:
-    if d.get("type") == "discrete":
-        return DiscreteSpec(int(d["n"]), tuple(d.get("meanings") or ()))
-    return _array_from_wire(d)
 
 
 @dataclass(slots=True)
 class EnvResult:
     """The outcome of ``reset``, ``step`` or ``restore``."""
 
-    obs: np.ndarray[Any, Any] | None
+    #: An array for an array space; otherwise the value of the observation space
+    #: (an int, a string, a map or a list of those and arrays).
+    obs: Any
     reward: float = 0.0
     terminated: bool = False
     truncated: bool = False

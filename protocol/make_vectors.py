@@ -24,6 +24,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from openenv_ws.environment import EnvSpec
 from openenv_ws.protocol import (
     ERRORS,
     PROTOCOL_VERSION,
@@ -44,6 +45,16 @@ from openenv_ws.protocol import (
     encode,
     error_frame,
     frame_fields,
+)
+from openenv_ws.spaces import (
+    ArraySpec,
+    DictSpec,
+    DiscreteSpec,
+    JsonSpec,
+    MultiBinarySpec,
+    MultiDiscreteSpec,
+    TextSpec,
+    TupleSpec,
 )
 
 VECTORS_DIR = Path(__file__).resolve().parent / "vectors"
@@ -353,6 +364,7 @@ def _frames() -> Iterator[tuple[str, str, str, Any]]:
     )
     yield "closed", "server", "the session is closed", Closed(id=11)
     yield from _vector_frames(atari_config)
+    yield from _structured_frames()
     unsolicited = {"bad_frame", "text_frame", "too_big", "idle_timeout", "shutting_down"}
     for code, info in ERRORS.items():
         rid = None if code in unsolicited else 7
@@ -428,6 +440,152 @@ def _vector_frames(atari_config: dict[str, Any]) -> Iterator[tuple[str, str, str
             env_id=np.array([2, 5], np.int32),
             info={},
         ),
+    )
+
+
+def _structured_frames() -> Iterator[tuple[str, str, str, Any]]:
+    """The frames of sessions with structured spaces and values (section 22)."""
+    yield (
+        "open_structured",
+        "client",
+        "open by a client that reads structured values: a Gymnasium id",
+        Open(id=1, config={"id": "Blackjack-v1"}, structured=True),
+    )
+    blackjack = EnvSpec(
+        action=DiscreteSpec(2),
+        observation=TupleSpec((DiscreteSpec(32), DiscreteSpec(11), DiscreteSpec(2))),
+        extra={"env": "gymnasium", "config": {"id": "Blackjack-v1", "kwargs": {}}},
+    )
+    yield (
+        "opened_tuple",
+        "server",
+        "opened: a Tuple observation of three Discrete spaces (Blackjack)",
+        Opened(id=1, session_id="s-1", spec=blackjack.to_wire()),
+    )
+    goal = EnvSpec(
+        action=ArraySpec((4,), "float32", -1.0, 1.0),
+        observation=DictSpec(
+            (
+                ("achieved_goal", ArraySpec((3,), "float64")),
+                ("desired_goal", ArraySpec((3,), "float64")),
+                (
+                    "observation",
+                    ArraySpec(
+                        (2,),
+                        "float32",
+                        np.array([-1.0, 0.0], np.float32),
+                        np.array([1.0, 5.0], np.float32),
+                    ),
+                ),
+            )
+        ),
+    )
+    yield (
+        "opened_dict",
+        "server",
+        "opened: a Dict observation (goal-conditioned), per-element bounds, a Box action",
+        Opened(id=1, session_id="s-2", spec=goal.to_wire()),
+    )
+    every = EnvSpec(
+        action=DiscreteSpec(3, ("left", "stay", "right"), start=-1),
+        observation=TupleSpec(
+            (
+                MultiDiscreteSpec(np.array([3, 4], np.int64), np.array([0, -2], np.int64)),
+                MultiBinarySpec((2, 2)),
+                TextSpec(8, 1, "abc"),
+            )
+        ),
+    )
+    yield (
+        "opened_spaces",
+        "server",
+        "opened: MultiDiscrete with start, MultiBinary, Text observations; Discrete from -1",
+        Opened(id=1, session_id="s-3", spec=every.to_wire()),
+    )
+    echo = EnvSpec(
+        action=JsonSpec(
+            {
+                "properties": {"message": {"title": "Message", "type": "string"}},
+                "required": ["message"],
+                "title": "EchoAction",
+                "type": "object",
+            },
+            "EchoAction",
+        ),
+        observation=JsonSpec(
+            {
+                "properties": {
+                    "echoed_message": {"type": "string"},
+                    "message_length": {"type": "integer"},
+                },
+                "title": "EchoObservation",
+                "type": "object",
+            },
+            "EchoObservation",
+        ),
+        extra={"env": "openenv"},
+    )
+    yield (
+        "opened_json",
+        "server",
+        "opened: actions and observations described by JSON Schemas (typed models)",
+        Opened(id=1, session_id="s-4", spec=echo.to_wire()),
+    )
+    yield (
+        "result_tuple",
+        "server",
+        "result: a Tuple observation is a list",
+        Result(id=3, obs=[14, 6, 0], reward=-1.0, terminated=True, done=True),
+    )
+    yield (
+        "result_dict",
+        "server",
+        "result: a Dict observation is a map of arrays",
+        Result(
+            id=3,
+            obs={
+                "achieved_goal": np.array([1.25, 0.5, 0.75]),
+                "desired_goal": np.array([1.5, 0.25, 0.5]),
+                "observation": np.array([0.5, 2.0], np.float32),
+            },
+            reward=-1.0,
+            info={"is_success": 0.0},
+        ),
+    )
+    yield (
+        "result_spaces",
+        "server",
+        "result: MultiDiscrete and MultiBinary arrays and a Text string in a list",
+        Result(
+            id=3,
+            obs=[np.array([2, -1], np.int64), np.array([[0, 1], [1, 0]], np.int8), "cab"],
+            reward=0.5,
+        ),
+    )
+    yield (
+        "result_json",
+        "server",
+        "result: a typed model's fields as a map",
+        Result(id=3, obs={"echoed_message": "hi", "message_length": 2}, reward=0.2),
+    )
+    yield (
+        "result_bytes",
+        "server",
+        "result: an observation of binary data",
+        Result(id=3, obs=b"\x00\x01"),
+    )
+    yield ("step_text", "client", "step with a Text action: a string", Step(id=3, action="ab"))
+    yield (
+        "step_tuple",
+        "client",
+        "step with a Tuple action: a list of an integer and an array",
+        Step(id=3, action=[1, np.array([0.5], np.float32)]),
+    )
+    yield (
+        "step_json",
+        "client",
+        "step with a typed model's fields as a map",
+        Step(id=3, action={"message": "hi"}),
     )
 
 
@@ -809,7 +967,16 @@ def _malformed() -> Iterator[tuple[str, str, str, bytes, str, int | None, int | 
         7,
         None,
     )
-    yield "step_action_string", c, "action is a string", _step(_p("up")), "bad_request", 7, None
+    yield "step_action_bin", c, "action is binary data", _step(_p(b"up")), "bad_request", 7, None
+    yield (
+        "open_structured_int",
+        c,
+        "structured is 1, not a boolean",
+        _map(_p("op"), _p("open"), _p("id"), _p(7), _p("version"), _p(1), _p("structured"), _p(1)),
+        "bad_request",
+        7,
+        None,
+    )
     yield "step_action_bool", c, "action is a boolean", _step(_p(True)), "bad_request", 7, None
     yield (
         "step_obs_int",
@@ -1131,10 +1298,19 @@ def _malformed() -> Iterator[tuple[str, str, str, bytes, str, int | None, int | 
         None,
     )
     yield (
-        "result_obs_bin",
+        "result_obs_int_key",
         s,
-        "obs is bin, not an array ext",
-        _map(*result_head, _p("obs"), _p(b"\x00"), _p("reward"), _p(0.0), *flags),
+        "obs is a map with an integer key (structured values have string keys)",
+        _map(*result_head, _p("obs"), _p({1: 2}), _p("reward"), _p(0.0), *flags),
+        "bad_frame",
+        7,
+        None,
+    )
+    yield (
+        "result_obs_too_deep",
+        s,
+        "obs nests lists 9 levels deep",
+        _map(*result_head, _p("obs"), _deep(9), _p("reward"), _p(0.0), *flags),
         "bad_request",
         7,
         None,

@@ -278,6 +278,7 @@ class ClientCore:
             delta=self.want_delta and not resume,
             num_envs=None if resume else self.num_envs,
             batch_size=None if resume else self.batch_size,
+            structured=True,
         )
 
     def reset_frame(

@@ -80,7 +80,7 @@ class SessionOps(SessionFacts, Generic[ObsT]):
     def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
         """Turn a ``result`` frame into the client's result type."""
         return StepResult(
-            frame.obs,  # type: ignore[arg-type]  # the generic client's ObsT is the array
+            frame.obs,
             frame.reward,
             frame.terminated,
             frame.truncated,

@@ -160,6 +160,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
             self.close()
             raise
         obs = self.spec.observation
+        assert isinstance(obs, ArraySpec)  # _check_opened saw to it
         self._obs: Array = np.zeros((size, *obs.shape), obs.dtype)
         self._rewards: Array = np.zeros(size, np.float64)
         self._terminations: Array = np.zeros(size, np.bool_)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._shm import MIN_SHARED_BYTES, ServerRegion, Slot
 from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
-from ..errors import InvalidState, OpenEnvError, ProtocolError
+from ..errors import EnvConfigError, InvalidState, OpenEnvError, ProtocolError
 from ..palette import indexed_shape
 from ..protocol import (
     ERRORS,
@@ -47,6 +47,7 @@ from ..protocol import (
     error_frame,
     parse_step,
 )
+from ..spaces import plain
 from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose, mode_name
 from ._offload import Worker
 from .replay import ReplayCache
@@ -467,6 +468,8 @@ class ServerSession:
         except BaseException:
             self._leave()
             raise
+        if not frame.structured:
+            self._plain_only()
         self.inline = bool(getattr(self.env, "inline", False))
         if frame.palette and self.vector is None:
             self.palette = self.env.indexed_frames()
@@ -483,6 +486,27 @@ class ServerSession:
             )
         self.machine.served("open")
         return self.opened_reply(frame.id), None
+
+    def _plain_only(self) -> None:
+        """Refuse, for a client that reads no structured values (SPEC section 22), an
+        environment whose spaces it cannot read; the session stays connected."""
+        env = self.env
+        assert env is not None
+        spec = env.spec
+        if plain(spec.observation, spec.action):
+            return
+        self.env = self.vector = None
+        give_back = self._give_back
+        if give_back is not None:
+            give_back(self._config, env)
+        else:
+            env.close()
+        self._leave()
+        raise EnvConfigError(
+            f"this environment's spaces (observation: {spec.observation.to_wire()['type']}, "
+            f"action: {spec.action.to_wire()['type']}) need a client that reads structured "
+            "values (protocol section 22, 'structured: true' in open); upgrade the client"
+        )
 
     def opened_reply(self, rid: int) -> Opened:
         """The ``opened`` of this open session (also sent again on resume)."""

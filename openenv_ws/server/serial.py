@@ -14,6 +14,7 @@ import numpy as np
 
 from ..environment import (
     AUTORESET_MODES,
+    ArraySpec,
     BatchResult,
     EnvFactory,
     Environment,
@@ -81,6 +82,12 @@ class SerialVectorEnvironment(VectorEnvironment):
                 self.envs.append(env)
                 if len(self.envs) == 1:  # before building the others
                     obs = env.spec.observation
+                    if not isinstance(obs, ArraySpec):
+                        raise EnvConfigError(
+                            "vector sessions of this environment need array observations, and "
+                            f"its observations are a {obs.to_wire()['type']!r} space; open one "
+                            "single session per env instead"
+                        )
                     check_batch_obs(num_envs, obs.shape, np.dtype(obs.dtype).itemsize)
         except BaseException:
             self.close()
@@ -148,7 +155,7 @@ class SerialVectorEnvironment(VectorEnvironment):
                 final_obs[i] = r.obs
             info["final_obs"] = final_obs
         return BatchResult(
-            np.stack([r.obs for r in results]),  # type: ignore[misc]
+            np.stack([r.obs for r in results]),
             rewards,
             np.array([r.terminated for r in results]),
             np.array([r.truncated for r in results]),

@@ -108,6 +108,17 @@ def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
     raise _bad(name, "an array (ext type 1) or nil", v)
 
 
+def _value(name: str, v: Any) -> Any:
+    """A structured value (section 22): nil, a scalar, an array, or lists and maps of them."""
+    kind = type(v)
+    if kind in _SCALARS:
+        return v
+    if kind is list or kind is dict:
+        _plain(name, v, 1)
+        return v
+    raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", v)
+
+
 def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int) -> None:
     """Check a free-form container: string keys, plain values, at most MAX_DEPTH levels."""
     if depth > MAX_DEPTH:
@@ -146,12 +157,12 @@ def _map_or_nil(name: str, v: Any) -> dict[str, Any]:
 
 def _action(name: str, v: Any) -> Any:
     kind = type(v)
-    if kind is int or kind is float or kind is np.ndarray:
+    if kind is int or kind is float or kind is np.ndarray or kind is str:
         return v
     if kind is list or kind is dict:
         _plain(name, v, 1)
         return v
-    raise _bad(name, "an integer, a number, an array, a list or a map", v)
+    raise _bad(name, "an integer, a number, a string, an array, a list or a map", v)
 
 
 def _num_envs(name: str, v: Any) -> int | None:
@@ -238,6 +249,7 @@ SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
         ("delta", _bool, False),
         ("num_envs", _num_envs, False),
         ("batch_size", _num_envs, False),
+        ("structured", _bool, False),
     ),
     frames.Reset: (
         ("seed", _or_nil(_uint), False),
@@ -264,7 +276,7 @@ SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
         ("delta", _bool, False),
     ),
     frames.Result: (
-        ("obs", _opt_array, False),
+        ("obs", _value, False),
         ("reward", _reward, True),
         ("terminated", _bool, True),
         ("truncated", _bool, True),

@@ -67,6 +67,7 @@ class Open(Frame):
     delta: bool = False
     num_envs: int | None = None
     batch_size: int | None = None
+    structured: bool = False
 
 
 @dataclass(slots=True)
@@ -158,7 +159,7 @@ class Result(Frame):
     """The outcome of reset, step or restore."""
 
     OP: ClassVar[str] = "result"
-    obs: np.ndarray[Any, Any] | None = None
+    obs: Any = None
     reward: float = 0.0
     terminated: bool = False
     truncated: bool = False

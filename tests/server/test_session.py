@@ -136,7 +136,7 @@ def test_unsupported_version_is_fatal_with_1002() -> None:
         (msgpack.packb([1, 2]), "bad_frame", 1002, None),
         (msgpack.packb({"op": "step"}), "bad_frame", 1002, None),
         (msgpack.packb({"op": "dance", "id": 4}), "unknown_op", None, 4),
-        (msgpack.packb({"op": "step", "id": 5, "action": "left"}), "bad_request", None, 5),
+        (msgpack.packb({"op": "step", "id": 5, "action": b"left"}), "bad_request", None, 5),
     ],
 )
 def test_malformed_frames(data: bytes, code: str, close_code: int | None, rid: int | None) -> None:

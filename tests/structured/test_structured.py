@@ -1,0 +1,206 @@
+"""Structured spaces and values (SPEC section 22) through real servers and every client.
+
+An environment of this file has a Text action and a Dict observation holding
+a string, an integer, a bounded array and a Tuple; its values must reach the
+sync, async and HTTP clients as the environment made them. A client that does
+not announce ``structured`` in ``open`` (one that predates section 22) is
+refused with ``bad_config`` and may open a plain environment on the same
+connection. Hostile actions come on the raw wire beside a healthy session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+from openenv_ws.client import AsyncEnvClient, EnvClient, HTTPEnvClient
+from openenv_ws.environment import Environment, EnvResult, EnvSpec
+from openenv_ws.errors import InvalidAction, RemoteEnvError
+from openenv_ws.protocol import Error, Open, Opened, Reset, Result, Step
+from openenv_ws.server import ServerThread, create_app
+from openenv_ws.spaces import (
+    ArraySpec,
+    DictSpec,
+    DiscreteSpec,
+    MultiBinarySpec,
+    TextSpec,
+    TupleSpec,
+    space_from_wire,
+)
+from openenv_ws.testing import fake_factory
+
+from ..hostile._frames import request
+from ..reliability.rawws import RawWS
+
+SPEC = EnvSpec(
+    action=TextSpec(16, 1, "abcdefghijklmnopqrstuvwxyz "),
+    observation=DictSpec(
+        (
+            ("echo", TextSpec(16)),
+            ("count", DiscreteSpec(17)),
+            ("pos", ArraySpec((2,), "float32", np.array([-1, 0], np.float32), 1.0)),
+            ("pair", TupleSpec((DiscreteSpec(3, start=-1), MultiBinarySpec((3,))))),
+        )
+    ),
+    extra={"env": "echo-text"},
+)
+
+
+class EchoText(Environment):
+    """Echoes a text action; ends the episode on "stop"."""
+
+    inline = True
+
+    def __init__(self) -> None:
+        self._steps = 0
+
+    @property
+    def spec(self) -> EnvSpec:
+        return SPEC
+
+    def _obs(self, text: str) -> dict[str, Any]:
+        n = len(text)
+        return {
+            "echo": text,
+            "count": n,
+            "pos": np.array([n / 16, n / 32], np.float32),
+            "pair": [n % 3 - 1, np.array([n & 1, n >> 1 & 1, n >> 2 & 1], np.int8)],
+        }
+
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> EnvResult:
+        self._steps = 0
+        return EnvResult(self._obs(""))
+
+    def step(self, action: Any, *, obs: bool = True) -> EnvResult:
+        why = SPEC.action.check(action)
+        if why is not None:
+            raise InvalidAction(f"action is not in the Text space: {why}")
+        self._steps += 1
+        return EnvResult(self._obs(action), reward=float(len(action)), terminated=action == "stop")
+
+    def state(self) -> dict[str, Any]:
+        return {"episode_id": None, "step_count": self._steps}
+
+
+def factory(config: dict[str, Any]) -> Environment:
+    if config.get("plain"):
+        return fake_factory({})
+    return EchoText()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerThread]:
+    with ServerThread(create_app(factory)) as server:
+        yield server
+
+
+def _same(got: Any, want: Any) -> None:
+    if isinstance(want, np.ndarray):
+        assert type(got) is np.ndarray and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    elif isinstance(want, dict):
+        assert list(got) == list(want)
+        for key in want:
+            _same(got[key], want[key])
+    elif isinstance(want, list):
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            _same(g, w)
+    else:
+        assert type(got) is type(want) and got == want
+
+
+WORDS = ["a", "hello", "so long now", "stop"]
+
+
+def test_the_sync_client_gets_the_spaces_and_the_values(server: ServerThread) -> None:
+    local = EchoText()
+    with EnvClient(server.url) as env:
+        assert env.spec.observation == SPEC.observation
+        assert env.spec.action == SPEC.action
+        _same(env.reset().observation, local.reset().obs)
+        for word in WORDS:
+            got, want = env.step(word), local.step(word)
+            _same(got.observation, want.obs)
+            assert (got.reward, got.terminated) == (want.reward, want.terminated)
+
+
+def test_the_async_and_http_clients_get_the_same_values(server: ServerThread) -> None:
+    local = EchoText()
+    want = [local.step(w).obs for w in WORDS]
+
+    async def play() -> list[Any]:
+        async with AsyncEnvClient(server.url) as env:
+            await env.reset()
+            return [(await env.step(w)).observation for w in WORDS]
+
+    for got, expected in zip(asyncio.run(play()), want, strict=True):
+        _same(got, expected)
+    with HTTPEnvClient(server.http_url) as env:
+        env.reset()
+        for word, expected in zip(WORDS, want, strict=True):
+            _same(env.step(word).observation, expected)
+
+
+def test_a_client_without_structured_values_is_refused_and_may_open_another(
+    server: ServerThread,
+) -> None:
+    with RawWS(server.host, server.port) as ws:
+        refused = request(ws, Open(id=1))
+        assert isinstance(refused, Error) and refused.code == "bad_config"
+        assert not refused.fatal
+        assert "structured" in refused.message and "dict" in refused.message
+        opened = request(ws, Open(id=2, config={"plain": True}))
+        assert isinstance(opened, Opened)
+        assert opened.spec["observation"]["type"] == "array"
+        assert isinstance(request(ws, Reset(id=3)), Result)
+        assert isinstance(request(ws, Step(id=4, action=1)), Result)
+    with RawWS(server.host, server.port) as ws:
+        opened = request(ws, Open(id=1, structured=True))
+        assert isinstance(opened, Opened)
+        assert space_from_wire(opened.spec["observation"]) == SPEC.observation
+
+
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        (3, "a string is needed, got int"),
+        ("x" * 17, "17 characters"),
+        ("", "0 characters"),
+        ("UPPER", "charset"),
+        ({"text": "a"}, "a string is needed, got dict"),
+        (np.zeros(3, np.uint8), "a string is needed, got ndarray"),
+    ],
+)
+def test_bad_text_actions_are_refused_beside_a_healthy_session(
+    server: ServerThread, action: Any, message: str
+) -> None:
+    with EnvClient(server.url) as healthy, RawWS(server.host, server.port) as ws:
+        healthy.reset()
+        assert isinstance(request(ws, Open(id=1, structured=True)), Opened)
+        assert isinstance(request(ws, Reset(id=2)), Result)
+        refused = request(ws, Step(id=3, action=action))
+        assert isinstance(refused, Error) and refused.code == "invalid_action"
+        assert message in refused.message and not refused.fatal
+        assert healthy.step("ok").observation["echo"] == "ok"
+        again = request(ws, Step(id=4, action="fine"))
+        assert isinstance(again, Result) and again.obs["echo"] == "fine"
+
+
+def test_a_string_action_to_an_integer_space_is_an_invalid_action(server: ServerThread) -> None:
+    with EnvClient(server.url, config={"plain": True}) as env:
+        env.reset()
+        with pytest.raises(RemoteEnvError, match="is not an integer") as caught:
+            env.step("up")
+        assert caught.value.code == "invalid_action"
+        assert env.step(1).reward == 1.0
