@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 from openenv_ws.client import EnvClient
 from openenv_ws.envs.gymnasium import DEFAULT_IDS, IDS_ENV, gymnasium_factory
@@ -133,3 +134,13 @@ def test_every_space_nested_in_dicts_and_tuples(server: ServerThread) -> None:
 @pytest.mark.parametrize("env_id", ["Taxi-v4", "FrozenLake-v1", "CliffWalking-v1"])
 def test_discrete_observations(server: ServerThread, env_id: str) -> None:
     play_both(server.url, env_id)
+
+
+@pytest.mark.filterwarnings("ignore:.*is probably too (low|high)")  # unbounded Boxes, as in-process
+@pytest.mark.parametrize(
+    "env_id", ["Blackjack-v1", "Taxi-v4", textenvs.TYPING, textenvs.ALL_SPACES, POINT_MAZE]
+)
+def test_gymnasium_env_checker_passes_on_the_remote_env(server: ServerThread, env_id: str) -> None:
+    """Gymnasium's own check: spaces, observations in them, determinism by seed."""
+    with RemoteEnv(server.url, config={"id": env_id}) as env:
+        check_env(env, skip_render_check=True)
