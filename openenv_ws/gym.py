@@ -203,7 +203,9 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """One step; returns ``(obs, reward, terminated, truncated, info)``."""
-        result = self.client.step(to_wire(self._spec.action, action))
+        if type(action) is not int:  # an int is its own wire value
+            action = to_wire(self._spec.action, action)
+        result = self.client.step(action)
         obs = self._observation(result.observation)
         self._last_obs, self._last_info = obs, result.info
         return obs, result.reward, result.terminated, result.truncated, result.info
