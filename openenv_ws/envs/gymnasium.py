@@ -41,7 +41,7 @@ import numpy as np
 
 from ..brief import brief
 from ..environment import Environment, EnvResult, EnvSpec, check_keys
-from ..errors import EnvConfigError
+from ..errors import EnvConfigError, InvalidState
 from ..registry import EnvPlugin
 from ..spaces import ArraySpec, Space, SpaceError, space_from_wire
 from ..wire.limits import MAX_DEPTH
@@ -219,14 +219,23 @@ class GymnasiumEnvironment(Environment):
     def _result_info(self, info: Any) -> dict[str, Any]:
         out: dict[str, Any] = _info(info)
         if self._render:
-            frame = self._env.render()
+            frame: Any
+            try:
+                frame = self._env.render()
+            except Exception as exc:  # noqa: BLE001 - a missing renderer (pygame, OpenGL) raises any kind
+                frame = exc
             if not (
                 isinstance(frame, np.ndarray)
                 and frame.dtype == np.uint8
                 and frame.ndim == 3
                 and frame.shape[2] == 3
             ):
-                raise RuntimeError(f"{self._id} rendered {brief(frame)}, not an RGB uint8 frame")
+                got = f"failed: {frame}" if isinstance(frame, Exception) else f"gave {brief(frame)}"
+                raise InvalidState(
+                    f"rendering {self._id!r} {got}, not an RGB uint8 frame; open the session "
+                    f"without {RENDER_KEY!r} (or install the renderer on the server)",
+                    code="unsupported",
+                )
             out[RENDER_KEY] = frame
         return out
 

@@ -233,3 +233,14 @@ def test_frames_on_request_equal_in_process_render(server: ServerThread) -> None
         assert RENDER_KEY not in plain.reset(seed=0).info
         with pytest.raises(EnvConfigError, match="render_mode='rgb_array' needs"):
             RemoteEnv(server.url, config={"id": "CartPole-v1"}, render_mode="rgb_array")
+
+
+def test_a_failing_renderer_is_refused_without_ending_the_session() -> None:
+    plugin = gymnasium_plugin((textenvs.TYPING,))
+    config = {"id": textenvs.TYPING, "render": True, "kwargs": {"renderer": False}}
+    with ServerThread(create_app(plugin)) as srv, EnvClient(srv.url, config=config) as env:
+        for _ in range(2):
+            with pytest.raises(RemoteEnvError, match=r"rendering .* failed: no renderer here") as e:
+                env.reset(seed=0)
+            assert (e.value.code, e.value.fatal) == ("unsupported", False)
+        assert env.state()["id"] == textenvs.TYPING

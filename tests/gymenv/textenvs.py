@@ -39,10 +39,11 @@ class TypingEnv(gymnasium.Env[str, str]):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}  # noqa: RUF012 - Gymnasium's API
 
-    def __init__(self, render_mode: str | None = None) -> None:
+    def __init__(self, render_mode: str | None = None, renderer: bool = True) -> None:
         self.observation_space = spaces.Text(WORD, min_length=WORD, charset=LETTERS)
         self.action_space = spaces.Text(WORD, min_length=0, charset=LETTERS)
         self.render_mode = render_mode
+        self._renderer = renderer  # False: rendering fails, as without pygame or OpenGL
         self._word = ""
         self._typed = ""
 
@@ -65,6 +66,8 @@ class TypingEnv(gymnasium.Env[str, str]):
 
     def render(self) -> np.ndarray[Any, Any]:
         """One 4x4 block per letter of the word (its shade) over the typed one."""
+        if not self._renderer:
+            raise gymnasium.error.DependencyNotInstalled("no renderer here")
         frame = np.zeros((8, 4 * WORD, 3), np.uint8)
         for i, ch in enumerate(self._word):
             frame[:4, 4 * i : 4 * i + 4] = (30 * (LETTERS.index(ch) + 1), 40 * i, 255)
