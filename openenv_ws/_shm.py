@@ -373,6 +373,27 @@ class ServerRegion:
         del target
         return SharedArray(offset, code, arr.shape)
 
+    def put_within(self, value: Any) -> Any:
+        """`value` (a structured observation: maps and lists holding arrays) with its
+        largest array of at least :data:`MIN_SHARED_BYTES` moved into the region
+        (one array per result, as :meth:`put`) as its ext type 2 value; the
+        containers on its path are copied, never changed. `value` itself when no
+        array fits."""
+        best: tuple[int, tuple[Any, ...]] = (MIN_SHARED_BYTES - 1, ())
+        stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
+        while stack:
+            node, path = stack.pop()
+            items = node.items() if type(node) is dict else enumerate(node)
+            for key, item in items:
+                kind = type(item)
+                if kind is np.ndarray and best[0] < item.nbytes <= self._half:
+                    best = (item.nbytes, (*path, key))
+                elif (kind is dict or kind is list) and len(path) < 16:
+                    stack.append((item, (*path, key)))
+        if not best[1]:
+            return value
+        return _replaced(value, best[1], self.put)
+
     def _next_half(self) -> int:
         """The offset of the half to write next (the two halves take turns)."""
         offset = self._offset(self._turn)
@@ -390,3 +411,16 @@ class ServerRegion:
             # mapping alive; it is unmapped when the last one goes.
             with contextlib.suppress(BufferError):
                 self._map.close()
+
+
+def _replaced(value: Any, path: tuple[Any, ...], put: Any) -> Any:
+    """A copy of the containers of `value` along `path`, the array at its end put."""
+    head, rest = path[0], path[1:]
+    copy = dict(value) if type(value) is dict else list(value)
+    item = value[head]
+    if rest:
+        copy[head] = _replaced(item, rest, put)
+    else:
+        shared = put(item)
+        copy[head] = item if shared is None else shared.ext()
+    return copy

@@ -551,8 +551,13 @@ def _result(
     obs: Any = r.obs
     if slot is not None and obs is slot.view:
         obs = slot.name  # written in place: a SharedArray, encoded as ext type 2
-    elif shared is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_SHARED_BYTES:
-        obs = shared.put(obs) or obs
+    elif shared is not None:
+        kind = type(obs)
+        if kind is np.ndarray:
+            if obs.nbytes >= MIN_SHARED_BYTES:
+                obs = shared.put(obs) or obs
+        elif kind is dict or kind is list:  # structured (SPEC section 22)
+            obs = shared.put_within(obs)
     if packer is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_COMPRESSED_BYTES:
         obs = packer.pack(obs)
     reward = r.reward
