@@ -40,6 +40,8 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server import Action, Environment, Observation, State, create_app
 
+from . import serve
+
 __all__ = ["AtariAction", "AtariObservation", "AtariState", "OpenEnvAtari", "OpenEnvAtariClient"]
 
 ObsType = Literal["rgb", "grayscale", "ram"]
@@ -223,17 +225,7 @@ app = create_app(OpenEnvAtari, AtariAction, AtariObservation, env_name="atari_en
 
 
 def main() -> None:
-    import uvicorn
-
-    from openenv_ws.server import bind_socket
-
-    host = os.environ.get("PEER_HOST", "127.0.0.1")
-    sock = bind_socket(host, 0)
-    port = sock.getsockname()[1]
-    print(f"serving on http://{host}:{port}", flush=True)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(
-        sockets=[sock]
-    )
+    serve(app)
 
 
 if __name__ == "__main__":

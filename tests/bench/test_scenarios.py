@@ -350,3 +350,22 @@ def test_rollout(tmp_path: Path) -> None:
             assert rows["openenv-ws VectorSessionClient.step"]["note"] == (
                 "unavailable: not built (openenv_ws.client.VectorSessionClient)"
             )
+
+
+def test_structured(tmp_path: Path) -> None:
+    small = ("--placement", "shared", "--steps", "30", "--peer-steps", "20")
+    rows = bench(tmp_path, "structured", *small)["rows"]
+    assert [(r["env"], r["path"]) for r in rows] == [
+        ("CartPole-v1", "in-process"),
+        ("CartPole-v1", "openenv-ws sync"),
+        ("CartPole-v1", "openenv-core WS"),
+        ("OpenEnv text (echo)", "in-process"),
+        ("OpenEnv text (echo)", "openenv-ws sync"),
+        ("OpenEnv text (echo)", "openenv-ws sync, --openenv-inline"),
+        ("OpenEnv text (echo)", "OpenEnv WS client → openenv-ws inline"),
+        ("OpenEnv text (echo)", "openenv-core WS"),
+    ]
+    for row in rows:
+        positive(row, "steps", "p50_us", "p99_us")
+        if row["path"] != "in-process":
+            positive(row, "added_us", "openenv_x")

@@ -1,0 +1,238 @@
+"""Structured environments: CartPole (Gymnasium by id) and an OpenEnv-style text
+environment, remote step latency against in-process and against openenv-core's own
+server hosting the same environment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from openenv_ws.client import EnvClient
+
+from ..measure import Placement, latency_row, run_async, time_steps, time_steps_async
+from ..servers import PeerServer, PeerUnavailable, our_server
+from ..suite import Column, Context, Section, scenario
+
+__all__ = ["run"]
+
+PEER_MODULE = "benchmarks.peers.openenv_envs"
+APP = "benchmarks.peers.openenv_envs:EchoEnvironment"
+#: Messages of the text environment's episode, cycled.
+MESSAGES = ("hello", "a longer message of some forty characters", "", "ok", "ünïcode ✓")
+
+COLUMNS = [
+    Column("env", "env"),
+    Column("placement", "placement"),
+    Column("path", "path"),
+    Column("steps", "steps"),
+    Column("p50_us", "p50 µs", ",.1f"),
+    Column("p90_us", "p90 µs", ",.1f"),
+    Column("p99_us", "p99 µs", ",.1f"),
+    Column("max_us", "max µs", ",.0f"),
+    Column("steps_per_s", "steps/s", ",.0f"),
+    Column("added_us", "p50 added over in-process µs", ",.1f"),
+    Column("openenv_x", "p50 speed-up over openenv-core", ",.1f"),
+]
+
+Samples = np.ndarray[Any, Any]
+
+
+def _requires() -> str | None:
+    try:
+        import gymnasium  # noqa: F401
+        import openenv.core  # noqa: F401
+    except ImportError as exc:
+        return f"needs gymnasium and openenv-core: pip install -e '.[bench,gym]' ({exc})"
+    return None
+
+
+def _cartpole_actions(steps: int, seed: int) -> tuple[int, ...]:
+    return tuple(int(a) for a in np.random.default_rng(seed).integers(0, 2, size=steps))
+
+
+def _inprocess_cartpole(actions: tuple[int, ...], seed: int) -> Samples:
+    import gymnasium
+
+    env = gymnasium.make("CartPole-v1")
+    try:
+        env.reset(seed=seed)
+
+        def step(a: int) -> bool:
+            _, _, terminated, truncated, _ = env.step(a)
+            return bool(terminated or truncated)
+
+        time_steps(step, lambda: env.reset(seed=seed), actions[:200])
+        env.reset(seed=seed)
+        return time_steps(step, lambda: env.reset(seed=seed), actions)
+    finally:
+        env.close()
+
+
+def _inprocess_echo(actions: tuple[int, ...]) -> Samples:
+    from ..peers.openenv_envs import EchoAction, EchoEnvironment
+
+    env = EchoEnvironment()
+    env.reset()
+
+    def step(i: int) -> bool:
+        return bool(env.step(EchoAction(message=MESSAGES[i % len(MESSAGES)])).done)
+
+    time_steps(step, env.reset, actions[:200])
+    return time_steps(step, env.reset, actions)
+
+
+def _ours(url: str, config: dict[str, Any], act: Callable[[int], Any], n: int) -> Samples:
+    env: EnvClient[Any]
+    with EnvClient(url, config=config) as env:
+        env.reset(seed=0)
+        actions = tuple(range(n))
+        time_steps(lambda i: env.step(act(i)).done, lambda: env.reset(seed=0), actions[:200])
+        env.reset(seed=0)
+        return time_steps(lambda i: env.step(act(i)).done, lambda: env.reset(seed=0), actions)
+
+
+def _openenv_client(url: str, act: Callable[[int], Any], n: int) -> Samples:
+    """openenv-core's own WebSocket client (GenericEnvClient) stepping `n` times."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    async def play() -> Samples:
+        async with GenericEnvClient(base_url=url) as env:
+
+            async def step(i: int) -> bool:
+                return bool((await env.step(act(i))).done)
+
+            async def reset() -> object:
+                return await env.reset(seed=0)
+
+            await reset()
+            actions = tuple(range(n))
+            await time_steps_async(step, reset, actions[:50])
+            await reset()
+            return await time_steps_async(step, reset, actions)
+
+    return run_async(play())
+
+
+def _text(i: int) -> dict[str, str]:
+    return {"message": MESSAGES[i % len(MESSAGES)]}
+
+
+@scenario(
+    "structured",
+    "Structured environments: CartPole and an OpenEnv text environment",
+    requires=_requires,
+    default=False,
+)
+def run(ctx: Context) -> Section:
+    """Remote step p50 against in-process and against openenv-core's own server."""
+    title = "Structured environments: CartPole and an OpenEnv text environment"
+    section = Section("structured", title, COLUMNS)
+    steps = ctx.options.steps
+    peer_steps = ctx.options.peer_steps
+    placements = ctx.placements()
+    ctx.progress.start(title, 9 * len(placements))
+    cart = _cartpole_actions(steps, ctx.options.seed)
+    for placement in placements:
+        _cartpole(ctx, section, placement, cart, peer_steps)
+        _echo(ctx, section, placement, steps, peer_steps)
+    section.notes.append(
+        "CartPole: gymnasium.make('CartPole-v1') in-process; openenv-ws serve --env gymnasium "
+        "with the sync EnvClient (config {'id': 'CartPole-v1'}); openenv-core 0.3's create_app "
+        "under uvicorn hosting CartPole-v1 behind OpenEnv models "
+        "(benchmarks/peers/openenv_envs.py) with its GenericEnvClient over /ws."
+    )
+    section.notes.append(
+        "text: openenv-core's echo example (benchmarks/peers/openenv_envs.py): in-process "
+        "env.step(EchoAction(...)); openenv-ws serve --env openenv --openenv-app "
+        f"{APP} (calls on the session's worker thread, and with --openenv-inline on the "
+        "event loop) with the sync EnvClient; openenv-core's own server and client as above."
+    )
+    return section
+
+
+def _rows(
+    section: Section,
+    base: dict[str, Any],
+    reference: dict[str, float],
+    peer: dict[str, float] | None,
+    rows: list[tuple[str, dict[str, float] | None, int, str]],
+) -> None:
+    for path, stats, n, note in rows:
+        row: dict[str, Any] = {**base, "path": path + (f" ({note})" if note else ""), "steps": n}
+        if stats is not None:
+            row.update(stats)
+            row["added_us"] = stats["p50_us"] - reference["p50_us"]
+            if peer is not None:
+                row["openenv_x"] = peer["p50_us"] / stats["p50_us"]
+        section.add(**row)
+
+
+def _peer(placement: Placement, env: str, act: Callable[[int], Any], n: int) -> tuple[Any, str]:
+    try:
+        with PeerServer(PEER_MODULE, env={"PEER_ENV": env}, placement=placement) as peer:
+            return latency_row(_openenv_client(peer.http_url, act, n)), ""
+    except (PeerUnavailable, OSError, RuntimeError) as exc:
+        return None, f"could not run: {exc}"
+
+
+def _cartpole(
+    ctx: Context, section: Section, placement: Placement, actions: tuple[int, ...], n: int
+) -> None:
+    base = {"env": "CartPole-v1", "placement": placement.name}
+    with placement.client_side():
+        ctx.progress.phase(f"CartPole in-process ({placement.name})")
+        with placement.server_side():
+            reference = latency_row(_inprocess_cartpole(actions, ctx.options.seed))
+        ctx.progress.phase(f"CartPole openenv-ws ({placement.name})")
+        with our_server(placement, ["--env", "gymnasium"]) as server:
+            ours = latency_row(
+                _ours(server.url, {"id": "CartPole-v1"}, lambda i: actions[i], len(actions))
+            )
+        ctx.progress.phase(f"CartPole openenv-core ({placement.name})")
+        peer, why = _peer(placement, "cartpole", lambda i: {"action": actions[i]}, n)
+    _rows(
+        section,
+        base,
+        reference,
+        peer,
+        [
+            ("in-process", reference, len(actions), ""),
+            ("openenv-ws sync", ours, len(actions), ""),
+            ("openenv-core WS", peer, n if peer else 0, why),
+        ],
+    )
+
+
+def _echo(ctx: Context, section: Section, placement: Placement, steps: int, n: int) -> None:
+    base = {"env": "OpenEnv text (echo)", "placement": placement.name}
+    serve = ["--env", "openenv", "--openenv-app", APP]
+    with placement.client_side():
+        ctx.progress.phase(f"text in-process ({placement.name})")
+        with placement.server_side():
+            reference = latency_row(_inprocess_echo(tuple(range(steps))))
+        ctx.progress.phase(f"text openenv-ws ({placement.name})")
+        with our_server(placement, serve) as server:
+            ours = latency_row(_ours(server.url, {}, _text, steps))
+        ctx.progress.phase(f"text openenv-ws inline ({placement.name})")
+        with our_server(placement, [*serve, "--openenv-inline"]) as server:
+            inline = latency_row(_ours(server.url, {}, _text, steps))
+        ctx.progress.phase(f"text OpenEnv client on openenv-ws ({placement.name})")
+        with our_server(placement, [*serve, "--openenv-inline"]) as server:
+            dialect = latency_row(_openenv_client(server.http_url, _text, n))
+        ctx.progress.phase(f"text openenv-core ({placement.name})")
+        peer, why = _peer(placement, "echo", _text, n)
+    _rows(
+        section,
+        base,
+        reference,
+        peer,
+        [
+            ("in-process", reference, steps, ""),
+            ("openenv-ws sync", ours, steps, ""),
+            ("openenv-ws sync, --openenv-inline", inline, steps, ""),
+            ("OpenEnv WS client → openenv-ws inline", dialect, n, ""),
+            ("openenv-core WS", peer, n if peer else 0, why),
+        ],
+    )
