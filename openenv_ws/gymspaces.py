@@ -253,8 +253,22 @@ def to_gym(space: Space, value: Any, *, cast: bool = False) -> Any:
     return value
 
 
+def unbounded(space: Space) -> Space:
+    """`space` with the bounds of its float arrays dropped: what an action is checked
+    against, since Gymnasium's environments take (and clip, or not) float actions
+    outside their Box, and a remote one must act as ``gymnasium.make``'s would."""
+    if isinstance(space, ArraySpec) and np.dtype(space.dtype).kind == "f":
+        return ArraySpec(space.shape, space.dtype)
+    if isinstance(space, DictSpec):
+        return DictSpec(tuple((k, unbounded(s)) for k, s in space.spaces))
+    if isinstance(space, TupleSpec):
+        return TupleSpec(tuple(unbounded(s) for s in space.spaces))
+    return space
+
+
 def gym_action(space: Space, action: Any) -> Any:
-    """An action from the wire as the Gymnasium value of the action `space`.
+    """An action from the wire as the Gymnasium value of the action `space` (pass
+    :func:`unbounded` of the declared space: float bounds are not checked).
 
     Numbers and lists of numbers are taken for arrays (``0.5`` for a ``(1,)``
     Box); arrays are cast to the space's dtype.

@@ -25,6 +25,8 @@ import numpy as np
 from ._arrays import DTYPE_CODES
 
 __all__ = [
+    "MAX_SPACE_DEPTH",
+    "MAX_SUBSPACES",
     "ArraySpec",
     "DictSpec",
     "DiscreteSpec",
@@ -32,6 +34,7 @@ __all__ = [
     "MultiBinarySpec",
     "MultiDiscreteSpec",
     "Space",
+    "SpaceError",
     "TextSpec",
     "TupleSpec",
     "plain",

@@ -502,6 +502,18 @@ def _structured_frames() -> Iterator[tuple[str, str, str, Any]]:
         "opened: MultiDiscrete with start, MultiBinary, Text observations; Discrete from -1",
         Opened(id=1, session_id="s-3", spec=every.to_wire()),
     )
+    nested = EnvSpec(
+        action=DiscreteSpec(2),
+        observation=DictSpec(
+            (("a", TupleSpec((DictSpec((("b", TupleSpec((DiscreteSpec(2),))),)),))),)
+        ),
+    )
+    yield (
+        "opened_nested",
+        "server",
+        "opened: a Dict in a Tuple in a Dict in a Tuple: the spec nests 11 levels (32 allowed)",
+        Opened(id=1, session_id="s-5", spec=nested.to_wire()),
+    )
     echo = EnvSpec(
         action=JsonSpec(
             {
@@ -1331,6 +1343,16 @@ def _malformed() -> Iterator[tuple[str, str, str, bytes, str, int | None, int | 
         _map(
             _p("op"), _p("opened"), _p("id"), _p(1), _p("session_id"), _p("s"), _p("version"), _p(1)
         ),
+        "bad_request",
+        1,
+        None,
+    )
+    opened_head = (_p("op"), _p("opened"), _p("id"), _p(1), _p("session_id"), _p("s"))
+    yield (
+        "opened_spec_too_deep",
+        s,
+        "spec nests lists 33 levels deep (a spec may nest 32)",
+        _map(*opened_head, _p("version"), _p(1), _p("spec"), b"\x81" + _p("x") + _deep(32)),
         "bad_request",
         1,
         None,

@@ -44,7 +44,6 @@ from ..environment import Environment, EnvResult, EnvSpec, check_keys
 from ..errors import EnvConfigError, InvalidState
 from ..registry import EnvPlugin
 from ..spaces import ArraySpec, Space, SpaceError, space_from_wire
-from ..wire.limits import MAX_DEPTH
 
 __all__ = [
     "DEFAULT_IDS",
@@ -127,15 +126,6 @@ def _carried(space_of: Callable[[Any], Space], space: Any, what: str) -> Space:
     return spec
 
 
-def _levels(value: Any) -> int:
-    """How many levels of maps and lists `value` nests."""
-    if isinstance(value, dict):
-        return 1 + max(map(_levels, value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max(map(_levels, value), default=0)
-    return 0
-
-
 class GymnasiumEnvironment(Environment):
     """One ``gymnasium.make(id, **kwargs)`` instance, stepped on its session's worker thread."""
 
@@ -190,12 +180,6 @@ class GymnasiumEnvironment(Environment):
                 ),
                 {"id": env_id},
             )
-            if _levels(spec.to_wire()) > MAX_DEPTH:
-                raise EnvConfigError(
-                    f"the spaces of {env_id!r} nest too deep: their description in 'opened' "
-                    f"would take more than the {MAX_DEPTH} levels of maps and lists a frame may "
-                    "hold (each Dict or Tuple takes two)"
-                )
         except BaseException:
             env.close()
             raise
@@ -205,6 +189,7 @@ class GymnasiumEnvironment(Environment):
         self._spec = spec
         self._to_wire = gymspaces.to_wire
         self._gym_action = gymspaces.gym_action
+        self._action_space = gymspaces.unbounded(spec.action)
         self._episode_id: str | None = None
         self._steps = 0
 
@@ -253,7 +238,7 @@ class GymnasiumEnvironment(Environment):
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
         obs_, reward, terminated, truncated, info = self._env.step(
-            self._gym_action(self._spec.action, action)
+            self._gym_action(self._action_space, action)
         )
         self._steps += 1
         return EnvResult(

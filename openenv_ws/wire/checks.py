@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ProtocolError
 from ..palette import PALETTE_BYTES
 from . import frames
-from .limits import MAX_CODECS, MAX_DEPTH, MAX_ID, MAX_NUM_ENVS
+from .limits import MAX_CODECS, MAX_DEPTH, MAX_ID, MAX_NUM_ENVS, MAX_SPEC_DEPTH
 
 __all__ = ["CROSS_CHECKS", "SCHEMAS", "Check", "foreign"]
 
@@ -119,11 +119,11 @@ def _value(name: str, v: Any) -> Any:
     raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", v)
 
 
-def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int) -> None:
-    """Check a free-form container: string keys, plain values, at most MAX_DEPTH levels."""
-    if depth > MAX_DEPTH:
+def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int, limit: int = MAX_DEPTH) -> None:
+    """Check a free-form container: string keys, plain values, at most `limit` levels."""
+    if depth > limit:
         raise ProtocolError(
-            f"field '{name}' nests lists/maps deeper than {MAX_DEPTH} levels", code="bad_request"
+            f"field '{name}' nests lists/maps deeper than {limit} levels", code="bad_request"
         )
     if type(v) is dict:
         for key in v:
@@ -139,7 +139,7 @@ def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int) -> None:
         if kind in _SCALARS:
             continue
         if kind is list or kind is dict:
-            _plain(name, item, depth + 1)
+            _plain(name, item, depth + 1, limit)
         else:
             raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", item)
 
@@ -148,6 +148,13 @@ def _map(name: str, v: Any) -> dict[str, Any]:
     if type(v) is not dict:
         raise _bad(name, "a map", v)
     _plain(name, v, 1)
+    return v
+
+
+def _spec(name: str, v: Any) -> dict[str, Any]:
+    if type(v) is not dict:
+        raise _bad(name, "a map", v)
+    _plain(name, v, 1, MAX_SPEC_DEPTH)
     return v
 
 
@@ -269,7 +276,7 @@ SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
     frames.Opened: (
         ("session_id", _str, True),
         ("version", _uint32, True),
-        ("spec", _map, True),
+        ("spec", _spec, True),
         ("resume_token", _or_nil(_str), False),
         ("palette", _opt_palette, False),
         ("compress", _codec, False),

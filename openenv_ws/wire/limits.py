@@ -10,6 +10,7 @@ __all__ = [
     "MAX_ERROR_MESSAGE",
     "MAX_ID",
     "MAX_NUM_ENVS",
+    "MAX_SPEC_DEPTH",
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
     "WS_PATH",
@@ -28,6 +29,9 @@ MAX_ID = 0xFFFFFFFF
 #: How many levels of lists/maps a free-form value (config, options, action,
 #: spec, info, state) may nest, the value itself counting as level 1.
 MAX_DEPTH = 8
+#: How many levels of lists/maps the ``spec`` of an ``opened`` frame may nest:
+#: each Dict or Tuple space takes two, a JSON Schema several (SPEC section 22).
+MAX_SPEC_DEPTH = 32
 #: Longest error message a server sends, in characters; longer ones are cut.
 MAX_ERROR_MESSAGE = 1000
 #: Most codec names an ``open`` may list in ``compress``.

@@ -63,7 +63,8 @@ def test_cartpole_equals_in_process(server: ServerThread) -> None:
 
 def test_pendulum_box_action_equals_in_process(server: ServerThread) -> None:
     rng = np.random.default_rng(2)
-    actions = [rng.uniform(-2, 2, size=(1,)).astype(np.float32) for _ in range(STEPS)]
+    # Some outside the Box (-2..2): Pendulum clips them, remote as in-process.
+    actions = [rng.uniform(-3, 3, size=(1,)).astype(np.float32) for _ in range(STEPS)]
     _same_as_local(server.url, "Pendulum-v1", actions)
 
 
@@ -93,7 +94,9 @@ def test_spaces_without_a_wire_form_are_refused() -> None:
             RemoteEnvError, match=r"observation space .* Sequence space has no form"
         ):
             EnvClient(srv.url, config={"id": textenvs.SEQUENCE})
-        with pytest.raises(RemoteEnvError, match=r"nest too deep.* more than the 8 levels") as e:
+        with pytest.raises(
+            RemoteEnvError, match=r"is not carried: spaces nest deeper than 6 levels"
+        ) as e:
             EnvClient(srv.url, config={"id": textenvs.DEEP})
         assert e.value.code == "bad_config"
 
@@ -111,9 +114,9 @@ def test_bad_box_actions_are_refused_and_the_sessions_go_on(server: ServerThread
             (np.zeros(2, np.float32), r"shape \[2\] is not \[1\]"),
             (np.array([np.nan], np.float32), "NaN or infinity"),
             (np.array([np.inf], np.float32), "NaN or infinity"),
-            (np.array([1e300]), "above the space's high bound"),
-            (np.array([2.5], np.float32), "above the space's high bound"),
-            (-3, "below the space's low bound"),
+            (np.array([1e300]), "NaN or infinity"),  # infinite as a float32
+            (np.array([2.5], np.float32), None),  # outside the Box: Pendulum clips it
+            (-3, None),
             ({"torque": 1.0}, "an array is needed, got dict"),
             ("1.0", "an array is needed, got str"),
             (np.array([1.0]), None),  # float64 where float32 is declared: converted

@@ -13,7 +13,7 @@ then makes the id.
   comes as Gymnasium's value (a tuple for the Tuple, arrays in the space's
   dtypes).
 - ``SequenceObs-v0``: a Sequence observation, which has no form on the wire;
-  ``DeepObs-v0``: a Dict in a Tuple in a Dict, too deep for an ``opened`` frame.
+  ``DeepObs-v0``: Dict and Tuple spaces 7 levels deep, more than a session carries.
 """
 
 from __future__ import annotations
@@ -144,9 +144,31 @@ class SequenceObsEnv(gymnasium.Env[Any, int]):
 
 
 class DeepObsEnv(gymnasium.Env[Any, int]):
-    """A Dict in a Tuple in a Dict: described in more levels than a frame may hold."""
+    """Dict and Tuple spaces 7 levels deep: more than a session carries."""
 
-    observation_space = spaces.Dict({"a": spaces.Tuple((spaces.Dict({"b": spaces.Discrete(2)}),))})
+    observation_space = spaces.Dict(
+        {
+            "a": spaces.Tuple(
+                (
+                    spaces.Dict(
+                        {
+                            "b": spaces.Tuple(
+                                (
+                                    spaces.Dict(
+                                        {
+                                            "c": spaces.Tuple(
+                                                (spaces.Dict({"d": spaces.Discrete(2)}),)
+                                            )
+                                        }
+                                    ),
+                                )
+                            )
+                        }
+                    ),
+                )
+            )
+        }
+    )
     action_space = spaces.Discrete(2)
 
 

@@ -222,6 +222,7 @@ MESSAGES = {
     "result_reward_nan": "field 'reward' must be a number \\(not NaN\\)",
     "result_reward_string": "field 'reward' must be a number, got str '1'",
     "result_obs_int_key": "a map key is not a string",
+    "opened_spec_too_deep": "field 'spec' nests lists/maps deeper than 32 levels",
     "result_obs_too_deep": "field 'obs' nests lists/maps deeper than 8 levels",
     "result_done_nil": "field 'done' must be a boolean, got NoneType",
     "opened_missing_spec": "needs field 'spec'",

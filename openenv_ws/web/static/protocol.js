@@ -14,6 +14,8 @@ export const DEFAULT_MAX_SERVER_FRAME_SIZE = 64 * 1024 * 1024;
 export const DEFAULT_MAX_CLIENT_FRAME_SIZE = 1024 * 1024;
 /** Levels of lists/maps a free-form value may nest (the value itself is level 1). */
 export const MAX_VALUE_DEPTH = 8;
+// An opened frame's spec may nest deeper: each Dict or Tuple space takes two levels (section 22).
+export const MAX_SPEC_DEPTH = 32;
 /** Most envs one vector session may hold on the wire (`open`'s `num_envs`). */
 export const MAX_NUM_ENVS = 65536;
 
@@ -34,16 +36,16 @@ const isInt = (v) => (typeof v === "number" && Number.isInteger(v)) || typeof v 
 
 // A free-form value: checks the nesting limit and, unless floats stay
 // wrapped, turns Float objects back into numbers.
-function plain(name, v, depth, keep) {
+function plain(name, v, depth, keep, limit = MAX_VALUE_DEPTH) {
   if (v instanceof Float) return keep ? v : v.value;
   if (Array.isArray(v) || isMap(v)) {
-    if (depth > MAX_VALUE_DEPTH) {
-      throw new ProtocolError(`field '${name}' nests lists/maps deeper than ${MAX_VALUE_DEPTH} levels`, "bad_request");
+    if (depth > limit) {
+      throw new ProtocolError(`field '${name}' nests lists/maps deeper than ${limit} levels`, "bad_request");
     }
     if (Array.isArray(v)) {
-      for (let i = 0; i < v.length; i++) v[i] = plain(name, v[i], depth + 1, keep);
+      for (let i = 0; i < v.length; i++) v[i] = plain(name, v[i], depth + 1, keep, limit);
     } else {
-      for (const k of Object.keys(v)) v[k] = plain(name, v[k], depth + 1, keep);
+      for (const k of Object.keys(v)) v[k] = plain(name, v[k], depth + 1, keep, limit);
     }
   }
   return v;
@@ -110,6 +112,10 @@ const CHECKS = {
   map: (n, v, keep) => {
     if (!isMap(v)) throw bad(n, "a map", v);
     return plain(n, v, 1, keep);
+  },
+  spec: (n, v, keep) => {
+    if (!isMap(v)) throw bad(n, "a map", v);
+    return plain(n, v, 1, keep, MAX_SPEC_DEPTH);
   },
   mapOrNil: (n, v, keep) => (v === null ? newMap() : CHECKS.map(n, v, keep)),
   action: (n, v, keep) => {
@@ -189,7 +195,7 @@ const SERVER_OPS = {
   opened: [
     ["session_id", "str", true, nil],
     ["version", "uint32", true, nil],
-    ["spec", "map", true, nil],
+    ["spec", "spec", true, nil],
     ["resume_token", "optStr", false, nil],
     ["palette", "optPalette", false, nil],
     ["compress", "codec", false, nil],
