@@ -25,7 +25,13 @@ from urllib.parse import urlsplit
 
 from ..errors import InvalidState, ProtocolError, ServerUnavailable
 from ..jsonview import frame_to_json, server_frame_from_json
-from ..openenv_dialect import action_from_openenv, legal_actions, result_payload, state_payload
+from ..openenv_dialect import (
+    action_from_openenv,
+    legal_actions,
+    model_space,
+    result_payload,
+    state_payload,
+)
 from ..protocol import ClientFrame, Result, ServerFrame, Step, encode
 from ._core import ClientCore, StepResult
 from ._http import HTTPConnection
@@ -155,6 +161,8 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         self._path: str | None = None
         self._closed = False
         self._legal: list[int] = []
+        # Whether actions and observations are OpenEnv models (json spaces).
+        self._model_action = self._model_obs = False
         # OpenEnv-style hooks, looked up once.
         self._step_payload_hook = getattr(self, "_step_payload", None)
         self._parse_result_hook = getattr(self, "_parse_result", None)
@@ -168,6 +176,8 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             raise
         self._path = f"{prefix}{_SESSIONS}/{opened.session_id}"
         self._legal = legal_actions(opened.spec)
+        self._model_action = model_space(opened.spec, "action")
+        self._model_obs = model_space(opened.spec, "observation")
 
     # ------------------------------------------------------------------ properties
 
@@ -253,13 +263,15 @@ class HTTPEnvClient(BlockingSession[ObsT]):
     def _action_to_wire(self, action: Any) -> Any:
         """Turn a user action into the wire ``action`` value."""
         if self._step_payload_hook is not None:
-            return action_from_openenv(self._step_payload_hook(action))
+            payload = self._step_payload_hook(action)
+            return action_from_openenv(payload, model=self._model_action)
         return super()._action_to_wire(action)
 
     def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
         """Turn a ``result`` frame into the client's result type."""
         if self._parse_result_hook is not None:
-            parsed: StepResult[ObsT] = self._parse_result_hook(result_payload(frame, self._legal))
+            payload = result_payload(frame, self._legal, model=self._model_obs)
+            parsed: StepResult[ObsT] = self._parse_result_hook(payload)
             return parsed
         return super()._result_from_wire(frame)
 

@@ -14,7 +14,7 @@ from openenv.core.env_server.types import State
 from openenv.core.generic_client import GenericEnvClient
 from websockets.sync.client import connect
 
-from openenv_ws.client import EnvClient
+from openenv_ws.client import EnvClient, HTTPEnvClient
 from openenv_ws.server import ServerThread
 from openenv_ws.spaces import JsonSpec
 from tests.conftest import UNIT
@@ -159,3 +159,24 @@ def test_http_routes_answer_as_openenv_core(
         "done": False,
     }
     assert bodies[0][2]["action"] == EchoAction.model_json_schema()
+
+
+class HTTPEcho(HTTPEnvClient[EchoObservation]):
+    """openenv-ws's HTTP client with the hooks of the echo client above (OpenEnv's style)."""
+
+    _step_payload = EchoEnv._step_payload
+    _parse_result = EchoEnv._parse_result
+    _parse_state = EchoEnv._parse_state
+
+
+def test_openenv_style_http_client_of_openenv_ws(echo_server: ServerThread) -> None:
+    with HTTPEcho(echo_server.http_url) as env:
+        first = env.reset()
+        assert first.observation.echoed_message == "Echo environment ready!"
+        for message in MESSAGES:
+            result = env.step(EchoAction(message=message))
+            assert result.observation == EchoObservation(
+                echoed_message=message, message_length=len(message), reward=len(message) * 0.1
+            )
+            assert result.reward == len(message) * 0.1 and not result.done
+        assert env.state().step_count == len(MESSAGES)

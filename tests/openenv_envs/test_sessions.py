@@ -15,6 +15,7 @@ import msgpack
 import pytest
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.generic_client import GenericEnvClient
+from openenv.core.mcp_client import MCPToolClient
 from websockets.sync.client import connect
 
 from openenv_ws.client import EnvClient
@@ -148,6 +149,17 @@ def test_mcp_tool_calls_through_the_session(tool_server: ServerThread) -> None:
             env.step({"type": "call_tool", "arguments": {}})
         assert caught.value.code == "invalid_action" and "tool_name" in caught.value.message
         assert env.state()["step_count"] == 4
+
+
+@pytest.mark.filterwarnings("ignore:Accessing `Tool.inputSchema` is deprecated")
+async def test_openenv_mcp_tool_client_calls_tools(tool_server: ServerThread) -> None:
+    async with MCPToolClient(base_url=tool_server.http_url) as env:
+        await env.reset()
+        assert [tool.name for tool in await env.list_tools()] == ["add", "shout"]
+        assert await env.call_tool("add", a=20, b=22) == 42
+        assert await env.call_tool("shout", text="tools") == "TOOLS"
+        with pytest.raises(RuntimeError, match="nope"):
+            await env.call_tool("nope")
 
 
 def test_mcp_tool_call_from_openenv_client_equals_openenv_core(tool_server: ServerThread) -> None:
