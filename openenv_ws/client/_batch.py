@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from ..environment import ArraySpec
 from ..protocol import Result
+from ..spaces import ArraySpec, DiscreteSpec, Space
+from ._stack import Stacked, unstack
 
 __all__ = [
     "Arrival",
@@ -16,6 +18,7 @@ __all__ = [
     "StepBatch",
     "action_array",
     "action_list",
+    "action_splitter",
     "env_id_list",
     "final_infos",
     "mask_infos",
@@ -24,8 +27,9 @@ __all__ = [
 ]
 
 Array = np.ndarray[Any, Any]
-#: ``(observations, rewards, terminations, truncations, infos)``
-StepBatch = tuple[Array, Array, Array, Array, dict[str, Any]]
+#: ``(observations, rewards, terminations, truncations, infos)``; the observations
+#: are one array, or for structured spaces their stacked value (:mod:`._stack`).
+StepBatch = tuple[Any, Array, Array, Array, dict[str, Any]]
 #: One env's result as it arrived: env id, result, and for a same-step
 #: autoreset the ending step's ``(observation, info)``.
 Arrival = tuple[int, Result, Any]
@@ -38,20 +42,28 @@ class Batcher:
 
     Args:
         num_envs: rows of the by-env arrays.
-        spec: the observation spec every env shares.
+        spec: the observation space every env shares: an array space's
+            observations are one array ``(num_envs, *shape)``, another
+            space's are stacked as ``gymnasium.vector`` stacks them
+            (:class:`~openenv_ws.client._stack.Stacked`).
         copy: hand out copies (True) or the buffers themselves, valid until
             the next call (False).
     """
 
-    def __init__(self, num_envs: int, spec: ArraySpec, *, copy: bool) -> None:
+    def __init__(self, num_envs: int, spec: Space, *, copy: bool) -> None:
         self.num_envs = num_envs
         self.copy = copy
-        self.obs = np.zeros((num_envs, *spec.shape), spec.dtype)
+        self.stacked = not isinstance(spec, ArraySpec)
+        self.obs: Any = (
+            np.zeros((num_envs, *spec.shape), spec.dtype)
+            if isinstance(spec, ArraySpec)
+            else Stacked(spec, num_envs)
+        )
         self.rewards = np.zeros(num_envs, np.float64)
         self.terminations = np.zeros(num_envs, np.bool_)
         self.truncations = np.zeros(num_envs, np.bool_)
         # recv()'s rows in arrival order; made on first use (step() never needs it).
-        self._arrival_obs: Array | None = None
+        self._arrival_obs: Any = None
 
     def batch(self, arrivals: list[Arrival], *, by_id: bool) -> StepBatch:
         """The arrays of `arrivals`: one row per env (`by_id`, envs that did not
@@ -66,7 +78,7 @@ class Batcher:
             )
         else:
             if self._arrival_obs is None:
-                self._arrival_obs = np.zeros_like(self.obs)
+                self._arrival_obs = self.obs.like() if self.stacked else np.zeros_like(self.obs)
             obs = self._arrival_obs[:k]
             rewards = np.empty(k, np.float64)
             terms = np.empty(k, np.bool_)
@@ -85,11 +97,15 @@ class Batcher:
                 finals.append((r, *final))
         info = stack_infos(infos)
         if finals:
+            if self.stacked:  # each final observation as Gymnasium gives one env's
+                finals = [(r, self.obs.single(o), i) for r, o, i in finals]
             info.update(final_infos(finals, len(infos)))
         if not by_id:
             info["env_id"] = np.fromiter((a[0] for a in arrivals), np.int64, k)
         if self.copy:
             return obs.copy(), rewards.copy(), terms.copy(), truncs.copy(), info
+        if self.stacked:
+            return obs.buffers(), rewards, terms, truncs, info
         return obs, rewards, terms, truncs, info
 
 
@@ -211,6 +227,15 @@ def action_list(actions: Any, n: int) -> list[Any]:
     if acts is None or len(acts) != n:
         raise _shape_error(n, got)
     return acts  # type: ignore[no-any-return]
+
+
+def action_splitter(space: Space) -> Callable[[Any, int], list[Any]]:
+    """How a vector client splits a batch of actions of `space` into one per env:
+    :func:`action_list` for an array or discrete space, Gymnasium's vector layout
+    (:func:`~openenv_ws.client._stack.unstack`) for the others."""
+    if isinstance(space, ArraySpec | DiscreteSpec):
+        return action_list
+    return partial(unstack, space)
 
 
 def _shape_error(n: int, got: Any) -> ValueError:

@@ -5,8 +5,8 @@ from keeping every session's next request in flight: :meth:`VectorEnvClient.send
 writes requests without waiting, :meth:`VectorEnvClient.recv` hands back
 whichever sessions have answered. Each session is one
 :class:`~openenv_ws.client._ws.BlockingWebSocket`; one ``selectors`` object
-waits on all of them, and observations are copied straight from the socket
-buffers into one preallocated ``(num_envs, *obs_shape)`` array.
+waits on all of them; observations go from the socket buffers into one preallocated
+``(num_envs, *obs_shape)`` array (structured ones stacked as ``gymnasium.vector`` does).
 
 Autoreset follows Gymnasium's vector environments (``gymnasium.vector.AutoresetMode``):
 
@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ..environment import ArraySpec, EnvSpec
+from ..environment import EnvSpec
 from ..errors import EnvConfigError, InvalidState, RemoteEnvError, RequestTimeout, SessionClosed
 from ..protocol import Reset, Result, encode, encode_step
-from ._batch import Arrival, Batcher, StepBatch, action_list, seeds_for
+from ._batch import Arrival, Batcher, StepBatch, action_splitter, seeds_for
 from ._core import DEFAULT, ClientCore
 from ._idle import CallGuard, keep_alive
 from ._slot import EnvSlot, Pending
@@ -192,8 +192,8 @@ class VectorEnvClient:
         for slot in self._slots:
             keep_alive(slot.conn)
         spec = self.spec
-        assert isinstance(spec.observation, ArraySpec)
         self._batcher = Batcher(n, spec.observation, copy=copy)
+        self._split = action_splitter(spec.action)
 
     # ------------------------------------------------------------------ opening
 
@@ -365,7 +365,7 @@ class VectorEnvClient:
         env_ids: Sequence[int] | np.ndarray[Any, Any] | None,
     ) -> None:
         ids = self._ids(env_ids)
-        acts = action_list(actions, len(ids))
+        acts = self._split(actions, len(ids))
         slots = [self._slots[i] for i in ids]
         for slot in slots:
             if slot.pending is not Pending.IDLE:
