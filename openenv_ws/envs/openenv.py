@@ -28,6 +28,8 @@ Observation models, named by class; ``spec.extra`` holds ``state_schema`` and
 - An environment whose class does not set ``SUPPORTS_CONCURRENT_SESSIONS``
   gets one session at a time per server process: a second ``open`` meanwhile
   is refused with ``capacity`` (retry later; ``serve --workers N`` gives N).
+  OpenEnv's ``GET /schema`` and ``/metadata`` read the spec of a built instance
+  (until an OpenEnv client opened a session): meanwhile they say ``capacity`` too.
 - Calls run on the session's worker thread under the server's per-call
   deadline, never on the event loop (``--openenv-inline`` / :data:`INLINE_ENV`
   says the environment's calls are short enough to run inline). An

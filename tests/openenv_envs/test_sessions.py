@@ -13,6 +13,7 @@ from typing import Any
 
 import msgpack
 import pytest
+import requests
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
@@ -93,9 +94,15 @@ def test_an_environment_without_concurrent_sessions_hosts_one_at_a_time() -> Non
             other = GenericEnvClient(base_url=server.http_url).sync()
             with pytest.raises(RuntimeError, match="CAPACITY_REACHED"), other:
                 other.reset()
+            # /schema must build an instance to read the spec: not now (it says when).
+            busy = requests.get(f"{server.http_url}/schema", timeout=10 * UNIT)
+            assert busy.status_code == 429 and busy.headers["Retry-After"] == "1"
+            assert busy.json()["code"] == "CAPACITY_REACHED"
             built = SoloEnvironment.instances
             assert first.step({"amount": 2}).observation["total"] == 3  # unharmed
         assert SoloEnvironment.instances == built
+        schema = requests.get(f"{server.http_url}/schema", timeout=10 * UNIT)
+        assert schema.status_code == 200 and schema.json()["action"]["title"] == "CountAction"
         with EnvClient(server.url) as second:  # the first one closed: the next one opens
             assert second.reset(seed=5).observation["total"] == 5
 
