@@ -17,7 +17,10 @@ Existing RL code runs unchanged against a server::
 A vector env is one vector session: the server steps its envs together
 (Atari: on ale-py's threaded ``AtariVectorEnv``) and answers with one batch.
 ``session="per_env"`` opens one session per env instead (for several
-servers, per-env configs or ``autoreset_mode="disabled"``).
+servers, per-env configs or ``autoreset_mode="disabled"``). An environment
+whose observations are not one array (a Dict, a Tuple, ...) has no vector
+session (SPEC section 22): by default (``session="auto"``) its envs get one
+session each, their observations stacked as ``gymnasium.vector`` stacks them.
 
 The id exists once this module is imported. Gymnasium 1.x loads no plugin
 entry points, so without an import spell it ``"openenv_ws.gym:openenv_ws/Remote-v0"``:
@@ -53,7 +56,7 @@ from .client import VectorEnvClient, VectorSessionClient
 from .client._batch import mask_infos
 from .client.sync import EnvClient
 from .environment import EnvSpec
-from .errors import EnvConfigError, InvalidState
+from .errors import EnvConfigError, InvalidState, OpenEnvError, RemoteEnvError
 from .gymspaces import gym_space, to_gym, to_wire
 from .spaces import ArraySpec, DiscreteSpec, Space
 
@@ -84,8 +87,10 @@ _NOT_RGB = (
 _FRAME = "render"
 
 #: How a vector env reaches its envs: ``"vector"``, one vector session on one server
-#: (SPEC section 21), or ``"per_env"``, one session per env.
-SESSIONS = ("vector", "per_env")
+#: (SPEC section 21), ``"per_env"``, one session per env, or ``"auto"``: one vector
+#: session, or one session per env for an environment whose observations a vector
+#: session cannot carry (not one array, SPEC section 22).
+SESSIONS = ("auto", "vector", "per_env")
 
 #: Registered Gymnasium id: ``gymnasium.make(ENV_ID, url=..., config=...)`` makes a :class:`RemoteEnv`.
 ENV_ID = "openenv_ws/Remote-v0"
@@ -249,7 +254,10 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             (``"next_step"``, the default; ``"same_step"``; with
             ``session="per_env"`` also ``"disabled"``, then reset ended envs
             with ``reset(options={"reset_mask": mask})``).
-        session: ``"vector"`` (default): one vector session steps all envs on
+        session: ``"auto"`` (default): ``"vector"``, or ``"per_env"`` when the
+            server refuses a vector session and the envs' observations are
+            structured (a Dict, a Tuple, ...: vector sessions carry arrays only);
+            ``"vector"``: one vector session steps all envs on
             the server (:class:`~openenv_ws.client.VectorSessionClient`;
             Atari: ale-py's threaded vector engine); ``"per_env"``: one session
             per env (:class:`~openenv_ws.client.VectorEnvClient`).
@@ -270,7 +278,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         config: Mapping[str, Any] | None = None,
         configs: Sequence[Mapping[str, Any]] | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-        session: str = "vector",
+        session: str = "auto",
         render_mode: str | None = None,
         **client_kwargs: Any,
     ) -> None:
@@ -392,6 +400,22 @@ def open_vector_client(
         ValueError: an unknown `session`, or what one vector session cannot
             be (on several servers, with per-env configs, without autoreset).
     """
+    if session == "auto":
+        try:
+            return open_vector_client(
+                urls,
+                num_envs,
+                session="vector",
+                config=config,
+                configs=configs,
+                autoreset_mode=autoreset_mode,
+                **client_kwargs,
+            )
+        except RemoteEnvError as refused:
+            if refused.code != "bad_config":
+                raise
+            kwargs = {"config": config, "autoreset_mode": autoreset_mode, **client_kwargs}
+            return _structured_sessions(refused, urls, num_envs, kwargs)
     if session == "per_env":
         return VectorEnvClient(
             urls,
@@ -425,6 +449,25 @@ def open_vector_client(
     return VectorSessionClient(
         url_list[0], n, config=config, autoreset_mode=autoreset_mode, **client_kwargs
     )
+
+
+def _structured_sessions(
+    refused: RemoteEnvError,
+    urls: str | Sequence[str],
+    num_envs: int | None,
+    kwargs: dict[str, Any],
+) -> VectorEnvClient:
+    """One session per env after the server refused a vector session, when the envs'
+    observations are what a vector session cannot carry (not one array); otherwise
+    the refusal stands."""
+    try:
+        client = VectorEnvClient(urls, num_envs, **kwargs)
+    except (OpenEnvError, TypeError, ValueError):  # (TypeError: an option of vector sessions)
+        raise refused from None
+    if isinstance(client.spec.observation, ArraySpec):
+        client.close()
+        raise refused
+    return client
 
 
 def client_seed(
