@@ -37,6 +37,9 @@ Observation models, named by class; ``spec.extra`` holds ``state_schema`` and
   environments do), or offers ``mcp_session``, gets an event loop of its own
   on a thread of its own, where its coroutines run and its MCP session stays
   open for the session's lifetime: however it awaits, no other session waits.
+  An environment that sets ``REQUIRES_SINGLE_THREAD_EXECUTOR`` (thread-bound
+  libraries) is built, called and closed on one thread shared by all its
+  instances, as openenv-core's server does: its sessions' calls take turns.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import os
 import threading
 import typing
 from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,10 +119,21 @@ class OpenEnvApp:
     _spec: EnvSpec | None = field(default=None, repr=False)
     _gate: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _busy: bool = field(default=False, repr=False)
+    _single: ThreadPoolExecutor | None = field(default=None, repr=False)
 
     @property
     def concurrent(self) -> bool:
         return bool(getattr(self.env_cls, "SUPPORTS_CONCURRENT_SESSIONS", False))
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``; for an environment that sets
+        ``REQUIRES_SINGLE_THREAD_EXECUTOR``, on the one thread all its instances use."""
+        if not getattr(self.env_cls, "REQUIRES_SINGLE_THREAD_EXECUTOR", False):
+            return fn(*args, **kwargs)
+        with self._gate:
+            if self._single is None:
+                self._single = ThreadPoolExecutor(1, thread_name_prefix="openenv-ws-openenv")
+        return self._single.submit(fn, *args, **kwargs).result()
 
     def take(self) -> None:
         """Take the one session of an environment that is not concurrent."""
@@ -360,8 +375,8 @@ class OpenEnvEnvironment(Environment):
         self._loop: _Loop | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         try:
-            self._env = app.factory()
-            self._spec = app.spec(self._env)
+            self._env = app.run(app.factory)
+            self._spec: EnvSpec = app.run(app.spec, self._env)
             self._async_reset = _overrides(self._env, "reset_async")
             self._async_step = _overrides(self._env, "step_async")
             mcp_session = getattr(self._env, "mcp_session", None)
@@ -395,7 +410,7 @@ class OpenEnvEnvironment(Environment):
             assert self._loop is not None
             observation = self._loop.run(env.reset_async(**_accepted(env.reset_async, kwargs)))
         else:
-            observation = env.reset(**_accepted(env.reset, kwargs))
+            observation = self._app.run(env.reset, **_accepted(env.reset, kwargs))
         return self._result(observation)
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
@@ -415,7 +430,7 @@ class OpenEnvEnvironment(Environment):
             assert self._loop is not None
             observation = self._loop.run(env.step_async(typed))
         else:
-            observation = env.step(typed)
+            observation = self._app.run(env.step, typed)
         return self._result(observation)
 
     def _result(self, observation: Any) -> EnvResult:
@@ -437,7 +452,7 @@ class OpenEnvEnvironment(Environment):
         )
 
     def state(self) -> dict[str, Any]:
-        state = self._env.state
+        state = self._app.run(getattr, self._env, "state")
         out = _dump(state) if hasattr(state, "model_dump") else _wire(dict(state or {}))
         if type(out) is not dict:
             raise TypeError(f"{type(self._env).__name__}.state cannot be sent")
@@ -456,7 +471,7 @@ class OpenEnvEnvironment(Environment):
             self._env = None
             try:
                 if env is not None:
-                    env.close()
+                    self._app.run(env.close)
             finally:
                 if self._holding:
                     self._holding = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from typing import Any, ClassVar
 from uuid import uuid4
 
 from fastmcp import FastMCP
@@ -224,3 +224,34 @@ class ToolEnvironment(MCPEnvironment):
     @property
     def state(self) -> State:
         return self._state
+
+
+class ThreadBoundEnvironment(CounterEnvironment):
+    """The counter, built, called and closed on one thread (e.g. a sync Playwright env)."""
+
+    REQUIRES_SINGLE_THREAD_EXECUTOR = True
+    threads: ClassVar[set[int]] = set()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads.add(threading.get_ident())
+
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+    ) -> CountObservation:
+        self.threads.add(threading.get_ident())
+        return super().reset(seed, episode_id, **kwargs)
+
+    def step(
+        self, action: CountAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> CountObservation:
+        self.threads.add(threading.get_ident())
+        return super().step(action, timeout_s, **kwargs)
+
+    @property
+    def state(self) -> State:
+        self.threads.add(threading.get_ident())
+        return self._state
+
+    def close(self) -> None:
+        self.threads.add(threading.get_ident())

@@ -33,6 +33,7 @@ from tests.openenv_envs.envs import (
     EchoEnvironment,
     EchoObservation,
     SoloEnvironment,
+    ThreadBoundEnvironment,
     ToolEnvironment,
 )
 
@@ -105,6 +106,19 @@ def test_an_environment_without_concurrent_sessions_hosts_one_at_a_time() -> Non
         assert schema.status_code == 200 and schema.json()["action"]["title"] == "CountAction"
         with EnvClient(server.url) as second:  # the first one closed: the next one opens
             assert second.reset(seed=5).observation["total"] == 5
+
+
+def test_a_thread_bound_environment_lives_on_one_thread() -> None:
+    ThreadBoundEnvironment.threads.clear()
+    with served(ThreadBoundEnvironment) as server:
+        with EnvClient(server.url) as one, EnvClient(server.url) as two:
+            for env, seed in ((one, 1), (two, 2)):
+                env.reset(seed=seed)
+            assert one.step({"amount": 3}).observation["total"] == 4
+            assert two.step({"amount": 3}).observation["total"] == 5
+            assert one.state()["step_count"] == two.state()["step_count"] == 1
+        assert len(ThreadBoundEnvironment.threads) == 1  # built, called and closed there
+        assert threading.get_ident() not in ThreadBoundEnvironment.threads
 
 
 def test_an_async_environment_waiting_holds_up_no_other_session() -> None:
