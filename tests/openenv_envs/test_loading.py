@@ -8,6 +8,7 @@ from openenv.core.env_server.types import Action
 from openenv_ws.envs.openenv import APP_ENV, load_app, openenv_factory, openenv_plugin
 from openenv_ws.errors import EnvConfigError, InvalidAction
 from tests.openenv_envs.envs import (
+    AsyncEnvironment,
     CounterEnvironment,
     CountObservation,
     EchoAction,
@@ -65,3 +66,16 @@ def test_sessions_take_no_config_and_the_entry_point_needs_an_app(
             env.step({"message": 11})
     finally:
         env.close()
+
+
+def test_inline_only_where_asked_and_never_for_async_environments() -> None:
+    for env_cls, asked, inline in (
+        (EchoEnvironment, False, False),
+        (EchoEnvironment, True, True),
+        (AsyncEnvironment, True, False),  # its coroutines run on a loop of their own
+    ):
+        env = openenv_plugin(env_cls, inline=asked)({})
+        try:
+            assert env.inline is inline, (env_cls, asked)
+        finally:
+            env.close()
