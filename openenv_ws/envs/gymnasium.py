@@ -66,7 +66,7 @@ RENDER_KEY = "render"
 #: they do not know yet, e.g. Taxi-v4, at open): classic control and toy text (nothing to
 #: install beyond Gymnasium), and the MuJoCo v5 tasks (they need ``pip install mujoco``;
 #: without it they are refused at open saying so).
-DEFAULT_IDS: tuple[str, ...] = (
+_PURE_PYTHON: tuple[str, ...] = (
     "Acrobot-v1",
     "CartPole-v1",
     "MountainCar-v0",
@@ -78,6 +78,8 @@ DEFAULT_IDS: tuple[str, ...] = (
     "FrozenLake-v1",
     "FrozenLake8x8-v1",
     "Taxi-v4",
+)
+_MUJOCO: tuple[str, ...] = (
     "Ant-v5",
     "HalfCheetah-v5",
     "Hopper-v5",
@@ -90,6 +92,12 @@ DEFAULT_IDS: tuple[str, ...] = (
     "Swimmer-v5",
     "Walker2d-v5",
 )
+DEFAULT_IDS: tuple[str, ...] = _PURE_PYTHON + _MUJOCO
+
+#: Ids whose every call returns within microseconds (pure Python and numpy, no I/O):
+#: their sessions run inline on the event loop, the fastest way (Environment.inline),
+#: unless they render. Others run on their session's worker thread.
+BOUNDED_IDS = frozenset(_PURE_PYTHON)
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -186,6 +194,7 @@ class GymnasiumEnvironment(Environment):
         self._env = env
         self._id = env_id
         self._render = render
+        self.inline = env_id in BOUNDED_IDS and not render
         self._spec = spec
         self._to_wire = gymspaces.to_wire
         self._gym_action = gymspaces.gym_action

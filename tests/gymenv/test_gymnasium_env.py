@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from openenv_ws.client import EnvClient
-from openenv_ws.envs.gymnasium import DEFAULT_IDS, IDS_ENV, RENDER_KEY, gymnasium_plugin
+from openenv_ws.envs.gymnasium import (
+    DEFAULT_IDS,
+    IDS_ENV,
+    RENDER_KEY,
+    GymnasiumEnvironment,
+    gymnasium_plugin,
+)
 from openenv_ws.errors import EnvConfigError, RemoteEnvError
 from openenv_ws.gym import RemoteEnv
 from openenv_ws.server import ServerThread, create_app
@@ -139,6 +145,20 @@ def test_bad_box_actions_are_refused_and_the_sessions_go_on(server: ServerThread
             healthy.step(2)
         assert healthy.step(1).observation.shape == (4,)
     healthy_local.close()
+
+
+def test_pure_python_ids_run_inline_and_the_others_on_a_worker_thread() -> None:
+    for config, inline in (
+        ({"id": "CartPole-v1"}, True),
+        ({"id": "Blackjack-v1"}, True),
+        ({"id": "CartPole-v1", RENDER_KEY: True}, False),  # drawing a frame takes milliseconds
+        ({"id": "HalfCheetah-v5"}, False),
+    ):
+        env = GymnasiumEnvironment(config)
+        try:
+            assert env.inline is inline, config
+        finally:
+            env.close()
 
 
 def test_kwargs_reach_gymnasium_make(server: ServerThread) -> None:
