@@ -367,9 +367,13 @@ class OpenEnvEnvironment(Environment):
 
     def __init__(self, app: OpenEnvApp) -> None:
         from openenv.core.env_server.serialization import deserialize_action
+        from openenv.core.env_server.types import Observation
+        from pydantic import ValidationError
 
         self._app = app
         self._deserialize = deserialize_action
+        self._observation = Observation
+        self._refused = ValidationError
         app.take()
         self._holding = True
         self._loop: _Loop | None = None
@@ -414,17 +418,15 @@ class OpenEnvEnvironment(Environment):
         return self._result(observation)
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
-        from pydantic import ValidationError
-
-        name = self._app.action_cls.__name__
+        cls = self._app.action_cls
         if type(action) is not dict:
             raise InvalidAction(
-                f"an action is a map of the fields of {name}, got {type(action).__name__}"
+                f"an action is a map of the fields of {cls.__name__}, got {type(action).__name__}"
             )
         try:
-            typed = self._deserialize(action, self._app.action_cls)
-        except ValidationError as exc:
-            raise InvalidAction(_why(exc, name)) from None
+            typed = self._deserialize(action, cls)
+        except self._refused as exc:
+            raise InvalidAction(_why(exc, cls.__name__)) from None
         env = self._env
         if self._async_step:
             assert self._loop is not None
@@ -434,9 +436,7 @@ class OpenEnvEnvironment(Environment):
         return self._result(observation)
 
     def _result(self, observation: Any) -> EnvResult:
-        from openenv.core.env_server.types import Observation
-
-        if not isinstance(observation, Observation):
+        if not isinstance(observation, self._observation):
             raise TypeError(
                 f"{type(self._env).__name__} returned {type(observation).__name__}, "
                 "not an openenv-core Observation"
