@@ -14,6 +14,7 @@ from importlib.metadata import EntryPoint
 from typing import Any
 
 from .environment import Environment
+from .envs import options as env_options
 from .errors import EnvConfigError
 from .registry import DEFAULT_ENV, Command, EnvPlugin, command_entry_points, load_env
 from .wire.compress import available_codecs
@@ -104,12 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         compression=args.compression,
     )
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    if args.gym_ids is not None:
-        from .envs.gymnasium import IDS_ENV
-
-        os.environ[IDS_ENV] = args.gym_ids  # for this process and its workers
-    if args.openenv_app is not None:
-        _openenv_app(args)
+    env_options.apply(args)
     plugin = _load_env(args.env)
     openenv_config = _env_config(plugin, args.openenv_config, "--openenv-config")
     warm = [_env_config(plugin, text, "--pool-warm") for text in args.pool_warm]
@@ -176,21 +172,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return run_workers(args.workers, serve_worker, host=args.host, port=port, board=board)
     _serve_process(config, sock, freeze=args.gc_freeze)
     return 0
-
-
-def _openenv_app(args: argparse.Namespace) -> None:
-    """Check ``--openenv-app`` and its classes, and hand them to the ``openenv`` plugin
-    (and to worker processes) through its environment variables."""
-    from .envs import openenv
-
-    try:
-        openenv.load_app(args.openenv_app, args.openenv_action, args.openenv_observation)
-    except EnvConfigError as exc:
-        raise SystemExit(f"--openenv-app: {exc}") from None
-    os.environ[openenv.APP_ENV] = args.openenv_app
-    os.environ[openenv.ACTION_ENV] = args.openenv_action or ""
-    os.environ[openenv.OBSERVATION_ENV] = args.openenv_observation or ""
-    os.environ[openenv.INLINE_ENV] = "1" if args.openenv_inline else ""
 
 
 def _serve_process(config: Any, sock: Any, *, freeze: bool) -> None:
@@ -317,12 +298,7 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_ENV,
         help="an installed environment (atari, fake, ...) or module:factory",
     )
-    serve.add_argument(
-        "--gym-ids",
-        metavar="ID,ID,...",
-        help="the Gymnasium ids --env gymnasium may make, comma-separated (ids import code); "
-        "replaces the default list, and wins over the OPENENV_WS_GYM_IDS environment variable",
-    )
+    env_options.add_arguments(serve)
     serve.add_argument(
         "--max-sessions",
         type=int,
@@ -344,27 +320,6 @@ def _parser() -> argparse.ArgumentParser:
         default="{}",
         help="JSON environment config of the sessions OpenEnv's clients open (their requests "
         'carry none), e.g. {"game": "breakout"}',
-    )
-    serve.add_argument(
-        "--openenv-app",
-        metavar="MODULE:ATTR",
-        help="with --env openenv: the openenv-core Environment class (or factory) to serve, "
-        "what an OpenEnv app.py passes to create_app",
-    )
-    serve.add_argument(
-        "--openenv-action",
-        metavar="MODULE:ATTR",
-        help="with --openenv-app: its Action class (default: from its annotations)",
-    )
-    serve.add_argument(
-        "--openenv-observation",
-        metavar="MODULE:ATTR",
-        help="with --openenv-app: its Observation class (default: from its annotations)",
-    )
-    serve.add_argument(
-        "--openenv-inline",
-        action="store_true",
-        help="with --openenv-app: its calls are short; run them on the event loop",
     )
     serve.add_argument(
         "--http-session-ttl",
