@@ -369,6 +369,7 @@ async def read_frame(request: Request, op: str, max_frame_size: int) -> ClientFr
     defaults: dict[str, Any] = {"op": op, "id": 0}
     if op == "open":
         defaults["version"] = PROTOCOL_VERSION
+        defaults["structured"] = True  # for JSON: its reader takes any value (SPEC 13)
     if not body:
         # A route whose op has no required fields needs no body (GET state, DELETE).
         return client_frame_from_json(b"", defaults=defaults)

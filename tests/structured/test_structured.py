@@ -11,6 +11,9 @@ connection. Hostile actions come on the raw wire beside a healthy session.
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -204,3 +207,22 @@ def test_a_string_action_to_an_integer_space_is_an_invalid_action(server: Server
             env.step("up")
         assert caught.value.code == "invalid_action"
         assert env.step(1).reward == 1.0
+
+
+def test_a_json_open_over_http_reads_structured_values(server: ServerThread) -> None:
+    def post(path: str, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        request = urllib.request.Request(
+            f"{server.http_url}{path}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return json.loads(reply.read()), reply.headers.get("Location", "")
+
+    opened, where = post("/v1/sessions", {})
+    assert opened["op"] == "opened" and opened["spec"]["observation"]["type"] == "dict"
+    post(f"{where}/reset", {})
+    result, _ = post(f"{where}/step", {"action": "hi"})
+    assert result["obs"]["echo"] == "hi" and result["obs"]["count"] == 2
+    assert result["obs"]["pair"][0] == 1
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        post("/v1/sessions", {"structured": False})
+    assert b"structured" in refused.value.read()
