@@ -36,7 +36,14 @@ import numpy as np
 from ..environment import EnvSpec
 from ..errors import EnvConfigError, InvalidState, RemoteEnvError, RequestTimeout, SessionClosed
 from ..protocol import Reset, Result, encode, encode_step
-from ._batch import Arrival, Batcher, StepBatch, action_splitter, seeds_for
+from ._batch import (
+    Arrival,
+    Batcher,
+    StepBatch,
+    action_splitter,
+    parse_autoreset_mode,
+    seeds_for,
+)
 from ._core import DEFAULT, ClientCore
 from ._idle import CallGuard, keep_alive
 from ._slot import EnvSlot, Pending
@@ -47,8 +54,6 @@ __all__ = ["AUTORESET_MODES", "VectorEnvClient"]
 
 #: Supported autoreset modes (the values of ``gymnasium.vector.AutoresetMode``).
 AUTORESET_MODES = ("next_step", "same_step", "disabled")
-# Also Gymnasium's spellings ("NextStep", ...), compared in lower case.
-_MODES = {**{m: m for m in AUTORESET_MODES}, "nextstep": "next_step", "samestep": "same_step"}
 
 
 class VectorEnvClient:
@@ -141,12 +146,7 @@ class VectorEnvClient:
         n = len(url_list) if num_envs is None else num_envs
         if n < 1:
             raise ValueError(f"num_envs must be at least 1, got {n}")
-        mode = _MODES.get(str(getattr(autoreset_mode, "value", autoreset_mode)).lower())
-        if mode is None:
-            raise ValueError(
-                f"autoreset_mode must be one of {', '.join(AUTORESET_MODES)} (or a "
-                f"gymnasium.vector.AutoresetMode), got {autoreset_mode!r}"
-            )
+        mode = parse_autoreset_mode(autoreset_mode, AUTORESET_MODES)
         self.num_envs = n
         self.urls = [url_list[i % len(url_list)] for i in range(n)]
         self.autoreset_mode = mode

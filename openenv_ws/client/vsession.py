@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ..environment import ArraySpec
+from ..environment import AUTORESET_MODES, ArraySpec
 from ..errors import EnvConfigError, InvalidState, ProtocolError
 from ..protocol import Batch, Reset, Send, ServerFrame, StateReply, Step, encode
-from ._batch import StepBatch, action_array, env_id_list, final_infos
+from ._batch import StepBatch, action_array, env_id_list, final_infos, parse_autoreset_mode
 from ._core import DEFAULT, ClientCore
 from ._session import SessionFacts
 from .sync import SocketSession
@@ -44,8 +44,7 @@ __all__ = ["VECTOR_AUTORESET_MODES", "VectorSessionClient"]
 
 Array = np.ndarray[Any, Any]
 #: The autoreset modes of a vector session (values of ``gymnasium.vector.AutoresetMode``).
-VECTOR_AUTORESET_MODES = ("next_step", "same_step")
-_SPELLINGS = {"nextstep": "next_step", "samestep": "same_step"}  # Gymnasium's enum values
+VECTOR_AUTORESET_MODES = AUTORESET_MODES
 
 
 class VectorSessionClient(SocketSession, SessionFacts):
@@ -116,13 +115,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
         size = num_envs if batch_size is None else batch_size
         if type(size) is not int or not 1 <= size <= num_envs:
             raise ValueError(f"batch_size must be an integer in 1..{num_envs}, got {batch_size!r}")
-        mode = str(getattr(autoreset_mode, "value", autoreset_mode)).lower()
-        mode = _SPELLINGS.get(mode, mode)
-        if mode not in VECTOR_AUTORESET_MODES:
-            raise ValueError(
-                f"autoreset_mode must be 'next_step' or 'same_step' (or a "
-                f"gymnasium.vector.AutoresetMode), got {autoreset_mode!r}"
-            )
+        mode = parse_autoreset_mode(autoreset_mode, VECTOR_AUTORESET_MODES)
         self.num_envs = num_envs
         self.batch_size = size
         self.autoreset_mode = mode

@@ -12,36 +12,20 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 from openenv_ws.client.vector import VectorEnvClient
 from openenv_ws.errors import SessionClosed
-from openenv_ws.testing import FakeEnvironment
 
 from ..reliability.conftest import UNIT, serve, server_then_killed, wait_until
 from ..reliability.proxy import CutProxy
+from .fake_rounds import actions, reference
 
 N = 4
 CONFIG = {"episode_length": 1000, "obs_shape": [64, 64]}  # 4 KiB: shared memory when offered
 ROUNDS = 40
 # Round -> how the connections are cut just before it.
 CUTS = {4: "between", 11: "request", 19: "reply", 27: "between", 33: "reply"}
-
-
-def actions(t: int) -> np.ndarray:
-    return np.array([(3 * t + 5 * i + 1) % 4 for i in range(N)])
-
-
-def reference(seed: int) -> list[list[tuple[bytes, float, int]]]:
-    """Per round, per env: (obs bytes, reward, step count) of uninterrupted in-process runs."""
-    envs = [FakeEnvironment(CONFIG) for _ in range(N)]
-    first = [e.reset(seed=seed + i) for i, e in enumerate(envs)]
-    rows = [[(np.asarray(r.obs).tobytes(), 0.0, 0) for r in first]]
-    for t in range(ROUNDS):
-        results = [e.step(int(a)) for e, a in zip(envs, actions(t), strict=True)]
-        rows.append([(np.asarray(r.obs).tobytes(), r.reward, r.info["step"]) for r in results])
-    return rows
 
 
 @pytest.mark.parametrize("shared_memory", [True, False])
@@ -59,10 +43,10 @@ def test_vector_sessions_resume_through_cuts(api: str, shared_memory: bool) -> N
                 if t in CUTS:
                     proxy.arm(CUTS[t])
                 if api == "step":
-                    obs, rewards, _, _, infos = envs.step(actions(t))
+                    obs, rewards, _, _, infos = envs.step(actions(t, N))
                     rows = {i: (obs[i].tobytes(), rewards[i], infos["step"][i]) for i in range(N)}
                 else:
-                    envs.send(actions(t))
+                    envs.send(actions(t, N))
                     rows = {}
                     while len(rows) < N:
                         obs, rewards, _, _, infos = envs.recv()
@@ -72,7 +56,7 @@ def test_vector_sessions_resume_through_cuts(api: str, shared_memory: bool) -> N
                 if CUTS.get(t) in ("request", "reply"):
                     assert proxy.timed_cut.is_set(), f"round {t}: the timed cut did not happen"
             assert envs.session_ids == ids  # the same sessions throughout
-        assert got == reference(50)
+        assert got == reference(CONFIG, N, ROUNDS, 50)
         assert proxy.cuts == len(CUTS)
         counters = supervisor.metrics.counters
         assert counters["sessions_resumed"] == N * len(CUTS)
@@ -91,7 +75,7 @@ def test_without_resume_a_cut_names_the_env() -> None:
         proxy.cut()
         with pytest.raises(SessionClosed, match=r"env [01]: "):
             for t in range(5):
-                envs.step(actions(t)[:2])
+                envs.step(actions(t, N)[:2])
 
 
 def test_a_server_that_is_gone_ends_the_resume_quickly() -> None:

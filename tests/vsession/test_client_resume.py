@@ -13,31 +13,16 @@ import numpy as np
 import pytest
 
 from openenv_ws import VectorSessionClient
-from openenv_ws.testing import FakeEnvironment
 
 from ..reliability.conftest import UNIT, serve, wait_until
 from ..reliability.proxy import CutProxy
+from ..vector.fake_rounds import actions, reference
 
 N = 4
 CONFIG = {"episode_length": 1000, "obs_shape": [64, 64]}  # 16 KiB a batch: shared memory
 ROUNDS = 30
 # Round -> how the connection is cut just before it.
 CUTS = {4: "between", 11: "request", 19: "reply", 25: "reply"}
-
-
-def actions(t: int) -> np.ndarray:
-    return np.array([(3 * t + 5 * i + 1) % 4 for i in range(N)])
-
-
-def reference(seed: int) -> list[list[tuple[bytes, float, int]]]:
-    """Per round, per env: (obs bytes, reward, step count) of uninterrupted in-process runs."""
-    envs = [FakeEnvironment(CONFIG) for _ in range(N)]
-    first = [e.reset(seed=seed + i) for i, e in enumerate(envs)]
-    rows = [[(np.asarray(r.obs).tobytes(), 0.0, 0) for r in first]]
-    for t in range(ROUNDS):
-        results = [e.step(int(a)) for e, a in zip(envs, actions(t), strict=True)]
-        rows.append([(np.asarray(r.obs).tobytes(), r.reward, r.info["step"]) for r in results])
-    return rows
 
 
 @pytest.mark.parametrize("shared_memory", [True, False])
@@ -56,16 +41,16 @@ def test_vector_session_resumes_through_cuts(api: str, shared_memory: bool) -> N
                 if t in CUTS:
                     proxy.arm(CUTS[t])
                 if api == "step":
-                    obs, rewards, _, _, infos = envs.step(actions(t))
+                    obs, rewards, _, _, infos = envs.step(actions(t, N))
                 else:
-                    envs.send(actions(t)[::-1], np.arange(N)[::-1])
+                    envs.send(actions(t, N)[::-1], np.arange(N)[::-1])
                     obs, rewards, _, _, infos = envs.recv()
                     assert infos["env_id"].tolist() == list(range(N))
                 got.append([(obs[i].tobytes(), rewards[i], infos["step"][i]) for i in range(N)])
                 if CUTS.get(t) in ("request", "reply"):
                     assert proxy.timed_cut.is_set(), f"round {t}: the timed cut did not happen"
             assert envs.session_id == session  # the same session throughout
-        assert got == reference(50)
+        assert got == reference(CONFIG, N, ROUNDS, 50)
         assert proxy.cuts == len(CUTS)
         counters = supervisor.metrics.counters
         assert counters["sessions_resumed"] == len(CUTS)
