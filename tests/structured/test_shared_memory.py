@@ -23,6 +23,7 @@ from openenv_ws.spaces import ArraySpec, DictSpec, DiscreteSpec, TextSpec, Tuple
 
 from ..conftest import UNIT
 from ..reliability.rawws import RawWS
+from .values import assert_same_value
 
 pytestmark = pytest.mark.skipif(
     not shared_memory_supported(), reason="shared memory needs Linux memfds"
@@ -79,21 +80,6 @@ class Pixels(Environment):
         return {"episode_id": None, "step_count": self._t}
 
 
-def _same(got: Any, want: Any) -> None:
-    if isinstance(want, dict):
-        assert list(got) == list(want)
-        for key in want:
-            _same(got[key], want[key])
-    elif isinstance(want, list):
-        for g, w in zip(got, want, strict=True):
-            _same(g, w)
-    elif isinstance(want, np.ndarray):
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
-    else:
-        assert got == want
-
-
 def test_the_largest_array_goes_through_the_region_and_the_rest_inline() -> None:
     region = ClientRegion()
     try:
@@ -120,7 +106,7 @@ def test_the_largest_array_goes_through_the_region_and_the_rest_inline() -> None
         local.reset()
         last = decode_server_frame(replies[-1], ext_hook=_reading(region))
         assert isinstance(last, Result)
-        _same(last.obs, local.step(2).obs)
+        assert_same_value(last.obs, local.step(2).obs)
     finally:
         region.close()
 
@@ -141,5 +127,5 @@ def test_the_client_gets_copies_equal_to_the_environment_with_and_without_the_re
                 for i in range(20):
                     kept.append((env.step(i % 4).observation, local.step(i % 4).obs))
                 for got, want in kept:  # later steps changed none of them
-                    _same(got, want)
+                    assert_same_value(got, want)
                     assert not got["pixels"].flags.writeable

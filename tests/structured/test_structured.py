@@ -38,6 +38,7 @@ from openenv_ws.testing import fake_factory
 
 from ..hostile._frames import request
 from ..reliability.rawws import RawWS
+from .values import assert_same_value
 
 SPEC = EnvSpec(
     action=TextSpec(16, 1, "abcdefghijklmnopqrstuvwxyz "),
@@ -107,22 +108,6 @@ def server() -> Iterator[ServerThread]:
         yield server
 
 
-def _same(got: Any, want: Any) -> None:
-    if isinstance(want, np.ndarray):
-        assert type(got) is np.ndarray and got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
-    elif isinstance(want, dict):
-        assert list(got) == list(want)
-        for key in want:
-            _same(got[key], want[key])
-    elif isinstance(want, list):
-        assert len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            _same(g, w)
-    else:
-        assert type(got) is type(want) and got == want
-
-
 WORDS = ["a", "hello", "so long now", "stop"]
 
 
@@ -131,10 +116,10 @@ def test_the_sync_client_gets_the_spaces_and_the_values(server: ServerThread) ->
     with EnvClient(server.url) as env:
         assert env.spec.observation == SPEC.observation
         assert env.spec.action == SPEC.action
-        _same(env.reset().observation, local.reset().obs)
+        assert_same_value(env.reset().observation, local.reset().obs)
         for word in WORDS:
             got, want = env.step(word), local.step(word)
-            _same(got.observation, want.obs)
+            assert_same_value(got.observation, want.obs)
             assert (got.reward, got.terminated) == (want.reward, want.terminated)
 
 
@@ -148,11 +133,11 @@ def test_the_async_and_http_clients_get_the_same_values(server: ServerThread) ->
             return [(await env.step(w)).observation for w in WORDS]
 
     for got, expected in zip(asyncio.run(play()), want, strict=True):
-        _same(got, expected)
+        assert_same_value(got, expected)
     with HTTPEnvClient(server.http_url) as env:
         env.reset()
         for word, expected in zip(WORDS, want, strict=True):
-            _same(env.step(word).observation, expected)
+            assert_same_value(env.step(word).observation, expected)
 
 
 def test_a_client_without_structured_values_is_refused_and_may_open_another(
