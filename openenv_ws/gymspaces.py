@@ -276,9 +276,12 @@ def gym_action(space: Space, action: Any) -> Any:
     Raises:
         InvalidAction: the action is not in the space, saying where and why.
     """
-    if type(action) is int and type(space) is DiscreteSpec:  # the common case, at once
-        if space.start <= action < space.start + space.n:
-            return action
+    if (  # the common case, at once
+        type(action) is int
+        and type(space) is DiscreteSpec
+        and space.start <= action < space.start + space.n
+    ):
+        return action
     if isinstance(space, ArraySpec) and space.shape == (1,) and _is_number(action):
         action = [action]
     action = to_wire(space, action)
