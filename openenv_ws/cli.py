@@ -432,7 +432,8 @@ def _parser() -> argparse.ArgumentParser:
         default=60.0,
         metavar="SECONDS",
         help="deadline of one call of an environment whose calls are not bounded (not "
-        "inline; served on a thread of its session): past it the session ends with "
+        "inline; served on a thread of its session), and of a build off the event loop "
+        "(gymnasium, openenv, module:factory): past it the session ends with "
         "step_timeout (0: no deadline; Atari is always served inline)",
     )
     serve.add_argument(

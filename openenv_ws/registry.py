@@ -79,6 +79,10 @@ class EnvPlugin(Generic[E]):
             ``num_envs``, SPEC section 21) from its config, ``num_envs`` and
             ``batch_size``; None: the server steps ``num_envs`` instances of
             :attr:`factory` in turn (synchronous sessions only).
+        build_off_loop: build each session's environment on its worker thread
+            (one build at a time), so other sessions keep stepping while a slow
+            constructor runs; False for builds that hold the GIL throughout
+            (an ale-py ROM load), where a thread gains nothing.
     """
 
     factory: Callable[[dict[str, Any]], E]
@@ -87,6 +91,7 @@ class EnvPlugin(Generic[E]):
     shared_secrets: tuple[str, ...] = ()
     choices: Callable[[], Mapping[str, Any]] | None = None
     vector: VectorFactory | None = None
+    build_off_loop: bool = False
 
     def __call__(self, config: dict[str, Any]) -> E:
         return self.factory(config)
@@ -117,7 +122,7 @@ def as_plugin(found: Any) -> EnvPlugin[Environment]:
             "name a callable that takes a config map"
         )
     factory: EnvFactory = found
-    return EnvPlugin(factory)
+    return EnvPlugin(factory, build_off_loop=True)
 
 
 def _entry_points(group: str) -> dict[str, EntryPoint]:

@@ -280,7 +280,7 @@ def gymnasium_plugin(
     factory: Callable[[dict[str, Any]], GymnasiumEnvironment] = lambda config: (  # noqa: E731
         GymnasiumEnvironment(config, allowed)
     )
-    return EnvPlugin(factory)
+    return EnvPlugin(factory, build_off_loop=True)
 
 
 #: The ``gymnasium`` entry point: ids from :func:`allowed_ids`.

@@ -504,7 +504,7 @@ def openenv_plugin(
         check_keys(config, (), "OpenEnv session")
         return OpenEnvEnvironment(app)
 
-    return EnvPlugin(factory)
+    return EnvPlugin(factory, build_off_loop=True)
 
 
 _loaded: dict[tuple[str, str, str, bool], OpenEnvApp] = {}

@@ -30,7 +30,7 @@ from ..protocol import ClientFrame, decode_client_frame, encode, parse_step
 if TYPE_CHECKING:
     from ._session import FrameReply, Reply, ServerSession
 
-__all__ = ["Worker", "call", "timeout_message"]
+__all__ = ["Worker", "build", "call", "timeout_message"]
 
 logger = logging.getLogger("openenv_ws.server")
 
@@ -157,6 +157,51 @@ async def call(
             message = timeout_message(deadline)
             timeout = session.refuse("step_timeout", message, request_id=_request_id(data))
             return (encode(timeout[0]), timeout[1]) if as_bytes else timeout
+
+
+async def build(
+    worker: Worker,
+    factory: Callable[[dict[str, Any]], Any],
+    config: dict[str, Any],
+    deadline: float | None,
+) -> Any:
+    """``factory(config)`` on `worker`'s thread: the environment, or the exception it
+    raised (the open answers it as it would have answered the call on the loop).
+
+    Raises:
+        TimeoutError: no environment within `deadline` seconds; the one built later,
+            like one built for a caller that went away meanwhile, is closed.
+    """
+    made: list[Any] = []
+
+    def run(cfg: dict[str, Any]) -> Any:
+        made.append(factory(cfg))
+        return made[-1]
+
+    def settle() -> None:
+        if future.done() and made:  # given up on: nobody takes it
+            _close(made.pop())
+
+    future: asyncio.Future[Any] = worker.submit(run, config, settle)
+    scope = asyncio.timeout(deadline)
+    try:
+        async with scope:
+            return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
+    except Exception as exc:  # what the factory raised is the open's answer
+        if scope.expired():
+            future.cancel()
+            raise
+        return exc
+
+
+def _close(env: Any) -> None:
+    try:
+        env.close()
+    except Exception:
+        logger.exception("closing an environment built for an open nobody awaits failed")
 
 
 def _request_id(data: bytes | ClientFrame) -> int | None:

@@ -25,6 +25,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, overload
 
 from ..protocol import ClientFrame, Open, decode_client_frame, encode
+from ._offload import build
 
 if TYPE_CHECKING:
     from ._session import FrameReply, Reply, ServerSession
@@ -61,6 +62,7 @@ class ColdOpens:
         max_waiting: int,
         factory: Any = None,
         last_step: Callable[[], float] | None = None,
+        deadline: float | None = None,
     ) -> None:
         problem = share_problem(share)
         if problem is not None:
@@ -74,6 +76,12 @@ class ColdOpens:
         self._by_peer: dict[str, int] = {}
         self._ready: Callable[[Mapping[str, Any]], int] | None = getattr(factory, "ready", None)
         self._pool = factory if self._ready is not None else None
+        self._factory = factory
+        # Build on the opening session's worker thread, one build at a time.
+        self._off_loop = bool(getattr(factory, "build_off_loop", False))
+        self._deadline = deadline
+        self._building = False
+        self._built_event: asyncio.Event | None = None
         self._last_step = last_step
         self._next = 0.0  # loop time before which no cold build starts
         self._turns: asyncio.Lock | None = None
@@ -90,7 +98,11 @@ class ColdOpens:
             peer: the address the open comes from (None: not counted per peer).
         """
         loop = asyncio.get_running_loop()
-        if not self.waiting and (loop.time() >= self._next or not self.busy()):
+        if (
+            not self.waiting
+            and not self._building
+            and (loop.time() >= self._next or not self.busy())
+        ):
             return None
         by_peer = self._by_peer
         mine = by_peer.get(peer, 0) if peer is not None else 0
@@ -108,6 +120,10 @@ class ColdOpens:
             by_peer[peer] = mine + 1
         try:
             async with self._turns:
+                while self._building:  # a build off the event loop runs: after it
+                    if self._built_event is None:
+                        self._built_event = asyncio.Event()
+                    await self._built_event.wait()
                 delay = self._next - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -153,7 +169,8 @@ class ColdOpens:
         Args:
             peer: the address of the client (opens waiting are bounded per address).
         """
-        builds = self._builds(data)
+        frame = self._open_of(data)
+        builds = self._builds(frame)
         refusal = None if builds is None else await self.turn(peer)
         if refusal is not None:
             refused = session.refuse(
@@ -166,15 +183,46 @@ class ColdOpens:
         pool = self._pool
         misses = pool.misses if pool is not None else 0
         start = perf_counter()
-        out: Reply | FrameReply = (
-            session.handle(data) if isinstance(data, bytes) else session.serve(data)
-        )
-        if builds is not None or (pool is not None and pool.misses != misses):
-            self.done(perf_counter() - start)  # failed builds (a bad mode) count too
+        out: Reply | FrameReply
+        try:
+            if (
+                self._off_loop
+                and builds is not None
+                and frame is not None
+                and frame.num_envs is None
+                and session.open_refusal(frame) is None
+            ):
+                self._building = True
+                try:
+                    session.prebuilt(
+                        await build(
+                            session.worker(), self._factory, dict(frame.config), self._deadline
+                        )
+                    )
+                except TimeoutError:
+                    assert self._deadline is not None
+                    late = session.refuse(
+                        "step_timeout",
+                        f"building the environment took longer than the server's deadline "
+                        f"of {self._deadline:g} s per call (openenv-ws serve --step-timeout)",
+                        request_id=builds,
+                    )
+                    return (encode(late[0]), late[1]) if isinstance(data, bytes) else late
+                finally:
+                    self._building = False
+                    if self._built_event is not None:
+                        self._built_event.set()
+                        self._built_event = None
+            out = session.handle(data) if isinstance(data, bytes) else session.serve(data)
+        finally:
+            session.drop_prebuilt()
+            if builds is not None or (pool is not None and pool.misses != misses):
+                self.done(perf_counter() - start)  # failed builds (a bad mode) count too
         return out
 
-    def _builds(self, data: bytes | ClientFrame) -> int | None:
-        """The request id (0 counts) of an open that will build its environment, else None."""
+    @staticmethod
+    def _open_of(data: bytes | ClientFrame) -> Open | None:
+        """`data` as an ``open`` frame; None for any other request (or unreadable bytes)."""
         if isinstance(data, bytes):
             try:
                 frame = decode_client_frame(data, max_frame_size=len(data))
@@ -182,7 +230,11 @@ class ColdOpens:
                 return None
         else:
             frame = data
-        if not isinstance(frame, Open) or frame.resume is not None:
+        return frame if isinstance(frame, Open) else None
+
+    def _builds(self, frame: Open | None) -> int | None:
+        """The request id (0 counts) of an open that will build its environment, else None."""
+        if frame is None or frame.resume is not None:
             return None
         if self._ready is not None:
             try:

@@ -127,6 +127,7 @@ class ServerSession:
         "_max_envs",
         "_max_frame_size",
         "_next_shared",
+        "_prebuilt",
         "_release",
         "_worker",
         "busy",
@@ -194,6 +195,7 @@ class ServerSession:
         #: A request is being served on the worker thread.
         self.busy = False
         self._worker: Worker | None = None
+        self._prebuilt: Environment | BaseException | None = None
         self._closing = False  # close once the call in progress returns
         self._next_shared: list[ServerRegion | None] = []  # a region to use after it
         #: The last request and its reply, for a client that sends it again (None: not kept).
@@ -442,15 +444,41 @@ class ServerSession:
             packer.key()
         return _result(result, done, self.shared, slot, packer)
 
-    def serve_open(self, frame: Open) -> FrameReply:
-        """Serve ``open``: admit the session and build its environment."""
+    def open_refusal(self, frame: Open) -> tuple[str, str] | None:
+        """Why :meth:`serve_open` would refuse `frame` before building an environment
+        (code, message), or None. Changes nothing."""
         if frame.version not in SUPPORTED_VERSIONS:
             supported = ", ".join(map(str, SUPPORTED_VERSIONS))
-            return self.error(
-                frame.id,
+            return (
                 "unsupported_version",
                 f"protocol version {frame.version} is not supported; this server speaks {supported}",
             )
+        return None
+
+    def prebuilt(self, outcome: Environment | BaseException) -> None:
+        """The environment the next open gets (built off the event loop), or what building
+        it raised; :meth:`drop_prebuilt` closes one no open took."""
+        self._prebuilt = outcome
+
+    def drop_prebuilt(self) -> None:
+        found, self._prebuilt = self._prebuilt, None
+        if found is not None and not isinstance(found, BaseException):
+            try:
+                found.close()
+            except Exception:
+                logger.exception("session %s: environment close failed", self.session_id)
+
+    def _build(self, config: dict[str, Any]) -> Environment:
+        found, self._prebuilt = self._prebuilt, None
+        if isinstance(found, BaseException):
+            raise found
+        return self._factory(config) if found is None else found
+
+    def serve_open(self, frame: Open) -> FrameReply:
+        """Serve ``open``: admit the session and build its environment."""
+        refused = ServerSession.open_refusal(self, frame)
+        if refused is not None:
+            return self.error(frame.id, *refused)
         if frame.num_envs is not None:
             self.weight = check_num_envs(frame.num_envs, self._max_envs)
         if self._admit is not None:
@@ -461,7 +489,7 @@ class ServerSession:
         self._config = dict(frame.config)
         try:
             if frame.num_envs is None:
-                self.env = self._factory(dict(frame.config))
+                self.env = self._build(dict(frame.config))
             else:  # a vector session's envs are never pooled
                 self.env = self.vector = open_vector(self._factory, frame)
                 self._give_back = None

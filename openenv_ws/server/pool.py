@@ -114,6 +114,8 @@ class WarmPool:
         self._build = factory
         #: The factory's vector engine, if it has one: vector sessions are not pooled.
         self.vector: VectorFactory | None = getattr(factory, "vector", None)
+        #: The factory's builds may run off the event loop (see ``EnvPlugin``).
+        self.build_off_loop = bool(getattr(factory, "build_off_loop", False))
         self.size = size
         self.max_keys = max_keys
         self.refill_delay = refill_delay

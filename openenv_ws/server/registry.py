@@ -33,7 +33,8 @@ class ServerLimits:
             HTTP routes) may go without a request before it is closed; None: never.
         step_timeout: seconds one call of an environment that is not inline
             (:attr:`~openenv_ws.environment.Environment.inline`) may take; a call
-            past it ends its session with ``step_timeout``. None: no deadline.
+            past it ends its session with ``step_timeout``; so does a build off
+            the event loop (``EnvPlugin.build_off_loop``). None: no deadline.
         cold_open_share: the largest fraction of time spent building
             environments for opens the warm pool cannot serve (they hold the
             GIL); the next such open waits its turn (1: no pacing). Also paces
@@ -77,18 +78,23 @@ class SessionRegistry:
     #: observations compressed, bytes they took on the wire] (SPEC section 19).
     observation_bytes: dict[str, list[int]] = field(default_factory=dict)
 
+    def refusal(self, weight: int) -> tuple[str, str] | None:
+        """Why a session of `weight` envs would not be admitted now (``capacity``), or None."""
+        if self.envs + weight <= self.limits.max_sessions:
+            return None
+        vector = f" (a vector session of {weight} envs counts as {weight})" if weight > 1 else ""
+        return (
+            "capacity",
+            f"the server hosts its maximum of {self.limits.max_sessions} sessions{vector}; "
+            "retry later or use another server",
+        )
+
     def admit(self, session: ServerSession) -> tuple[str, str] | None:
         """Take `session` in, or say why not (``capacity``)."""
         weight = session.weight
-        if self.envs + weight > self.limits.max_sessions:
-            vector = (
-                f" (a vector session of {weight} envs counts as {weight})" if weight > 1 else ""
-            )
-            return (
-                "capacity",
-                f"the server hosts its maximum of {self.limits.max_sessions} sessions{vector}; "
-                "retry later or use another server",
-            )
+        refused = self.refusal(weight)
+        if refused is not None:
+            return refused
         self.active.add(session)
         self.envs += weight
         self.opened_total += 1

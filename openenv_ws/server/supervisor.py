@@ -166,7 +166,8 @@ class SupervisedSession(ServerSession):
         self._hist.observe(perf_counter() - start)
         self._sup.last_step = start
 
-    def serve_open(self, frame: Open) -> FrameReply:
+    def _gate(self, frame: Open) -> tuple[str, str] | None:
+        """Why the server refuses `frame` before anything else (credentials, draining)."""
         sup = self._sup
         link = self.link
         if (
@@ -174,16 +175,27 @@ class SupervisedSession(ServerSession):
             and not (link is not None and link.authenticated)
             and not token_matches(sup.token, frame.token)
         ):
-            return self.error(
-                frame.id,
+            return (
                 "auth",
                 "this server requires a bearer token: send it in the 'Authorization: Bearer' "
                 "handshake header or in open.token (clients: token=... or OPENENV_WS_TOKEN)",
             )
         if sup.draining:
-            return self.error(
-                frame.id, "shutting_down", "the server is shutting down; open the session elsewhere"
-            )
+            return ("shutting_down", "the server is shutting down; open the session elsewhere")
+        return None
+
+    def open_refusal(self, frame: Open) -> tuple[str, str] | None:
+        return (
+            self._gate(frame)
+            or super().open_refusal(frame)
+            or self._sup.registry.refusal(frame.num_envs or 1)
+        )
+
+    def serve_open(self, frame: Open) -> FrameReply:
+        sup = self._sup
+        refused = self._gate(frame)
+        if refused is not None:
+            return self.error(frame.id, *refused)
         if frame.resume is not None:
             return sup.resume(self, frame)
         remember = self.replay is not None
@@ -237,6 +249,7 @@ class Supervisor:
             self.limits.cold_open_queue,
             env_factory,
             last_step=lambda: self.last_step,
+            deadline=self.limits.step_timeout,
         )
 
     # ------------------------------------------------------------------ connections

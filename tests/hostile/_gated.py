@@ -1,0 +1,60 @@
+"""An environment whose constructor waits for a file: builds off the event loop.
+
+Served as ``--env tests.hostile._gated:factory`` (a module:factory, so its
+builds run on the opening session's worker thread). Config: the fake
+environment's options, plus
+
+- ``gate``: a file path; the constructor waits until the file exists;
+- ``fail``: true to refuse the config from the constructor (``bad_config``);
+- ``closed``: a file path written when the environment is closed.
+
+The server builds one environment at a time: a constructor that finds
+another one running raises, and the open that started it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from openenv_ws.errors import EnvConfigError
+from openenv_ws.testing import FakeEnvironment
+
+_lock = threading.Lock()
+_building = 0
+
+
+class GatedEnvironment(FakeEnvironment):
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        global _building
+        rest = dict(config)
+        gate = rest.pop("gate", None)
+        fail = rest.pop("fail", False)
+        self._closed_mark = rest.pop("closed", None)
+        with _lock:
+            _building += 1
+            overlapping = _building > 1
+        try:
+            if overlapping:
+                raise RuntimeError("two environments were being built at once")
+            while gate is not None and not os.path.exists(gate):
+                time.sleep(0.005)
+            if fail:
+                raise EnvConfigError("this environment refuses its config ('fail': true)")
+            super().__init__(rest)
+        finally:
+            with _lock:
+                _building -= 1
+
+    def close(self) -> None:
+        if self._closed_mark is not None:
+            with open(self._closed_mark, "w"):
+                pass
+        super().close()
+
+
+def factory(config: dict[str, Any]) -> GatedEnvironment:
+    return GatedEnvironment(config)

@@ -1,0 +1,108 @@
+"""Slow constructors (openenv-core and Gymnasium environments, module:factory ones) are
+built off the event loop: on the opening session's worker thread, one build at a
+time, under the server's per-call deadline. A neighbour session keeps stepping
+while a build waits; opens that arrive meanwhile wait their turn; a build past
+the deadline is answered ``step_timeout`` and its environment closed when it
+comes; one whose client left is closed too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from openenv_ws.protocol import Error, Open, Opened, Reset, Result, encode
+
+from ..reliability.conftest import wait_until
+from ._frames import masked, reply, request, step
+from .conftest import UNIT, HostileServer, Neighbour, assert_contained, hostile_server
+
+GATED = ("--env", "tests.hostile._gated:factory", "--pool-size", "0")
+
+
+@contextlib.contextmanager
+def _gated(*args: str) -> Iterator[tuple[HostileServer, Neighbour]]:
+    with hostile_server(*GATED, *args) as server, Neighbour(server) as neighbour:
+        yield server, neighbour
+
+
+def test_the_neighbour_steps_while_a_constructor_waits(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    with _gated() as (server, neighbour), server.raw() as ws:
+        rss = server.rss()
+        ws.send_raw(masked(encode(Open(id=1, config={"gate": str(gate)}))))
+        for _ in range(5):  # the constructor cannot return before the gate exists
+            neighbour.check()
+        assert server.health()["sessions"] == 1  # the neighbour's; the open is not admitted yet
+        gate.touch()
+        opened = reply(ws, timeout=30)
+        assert isinstance(opened, Opened), opened
+        assert isinstance(request(ws, Reset(id=2)), Result)
+        result = request(ws, step(3))
+        assert isinstance(result, Result) and result.id == 3, result
+        assert_contained(server, neighbour, rss_before=rss)
+
+
+def test_opens_arriving_during_a_build_wait_their_turn(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    args = ("--cold-open-share", "1", "--cold-open-queue", "64")
+    with _gated(*args) as (server, neighbour):
+        sockets = [server.raw() for _ in range(8)]
+        try:
+            for ws in sockets:
+                ws.send_raw(masked(encode(Open(id=1, config={"gate": str(gate)}))))
+            neighbour.check()
+            gate.touch()
+            # Two constructors at once would fail an open (see _gated.py).
+            for ws in sockets:
+                opened = reply(ws, timeout=30)
+                assert isinstance(opened, Opened), opened
+            neighbour.check()
+            assert server.health()["cold_opens"]["built"] >= 9
+        finally:
+            for ws in sockets:
+                ws.close()
+
+
+def test_a_build_past_the_deadline_is_answered_and_its_environment_closed(
+    tmp_path: Path,
+) -> None:
+    gate, closed = tmp_path / "gate", tmp_path / "closed"
+    with _gated("--step-timeout", str(1.0 * UNIT)) as (server, neighbour), server.raw() as ws:
+        config = {"gate": str(gate), "closed": str(closed)}
+        late = request(ws, Open(id=7, config=config), timeout=30)
+        assert isinstance(late, Error) and late.code == "step_timeout" and late.fatal, late
+        assert late.id == 7 and "building the environment" in late.message, late.message
+        assert ws.until_close(10 * UNIT)[1] == 1011
+        neighbour.check()
+        assert not closed.exists()
+        gate.touch()  # the abandoned build returns: nobody takes its environment
+        wait_until(closed.exists, 10 * UNIT, what="the late environment closed")
+        neighbour.check()
+        assert server.health()["sessions"] == 1
+
+
+def test_a_refused_config_is_answered_and_the_connection_opens_again() -> None:
+    with _gated() as (server, neighbour), server.raw() as ws:
+        refused = request(ws, Open(id=1, config={"fail": True}))
+        assert isinstance(refused, Error) and refused.code == "bad_config", refused
+        assert not refused.fatal and "'fail': true" in refused.message, refused.message
+        opened = request(ws, Open(id=2, config={}))
+        assert isinstance(opened, Opened), opened
+        assert isinstance(request(ws, Reset(id=3)), Result)
+        neighbour.check()
+
+
+def test_a_client_leaving_mid_build_leaves_nothing_behind(tmp_path: Path) -> None:
+    gate, closed = tmp_path / "gate", tmp_path / "closed"
+    with _gated("--grace", "0") as (server, neighbour):  # no parking on disconnect
+        with server.raw() as ws:
+            config = {"gate": str(gate), "closed": str(closed)}
+            ws.send_raw(masked(encode(Open(id=1, config=config))))
+            neighbour.check()
+        neighbour.check()
+        gate.touch()
+        wait_until(closed.exists, 10 * UNIT, what="the environment of the departed client closed")
+        neighbour.check()
+        assert server.health()["sessions"] == 1
