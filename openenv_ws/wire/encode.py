@@ -55,7 +55,8 @@ def _default(obj: Any) -> Any:
 _packers = threading.local()
 
 
-def _thread_pack() -> Callable[[Any], bytes]:
+def thread_pack() -> Callable[[Any], bytes]:
+    """This thread's MessagePack packer of frame values (arrays as ext type 1)."""
     pack: Callable[[Any], bytes] | None = getattr(_packers, "pack", None)
     if pack is None:
         pack = _packers.pack = msgpack.Packer(default=_default, use_bin_type=True).pack
@@ -142,7 +143,7 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
     rid = frame.id
     if (type(rid) is not int or not 0 <= rid <= MAX_ID) and not (rid is None and cls is Error):
         raise ProtocolError(f"frame id must be an integer in 0..{MAX_ID}, got {rid!r}")
-    pack = _thread_pack()
+    pack = thread_pack()
     parts: list[bytes | memoryview] = [found.prefix, NIL if rid is None else pack(rid)]
     append = parts.append
     try:

@@ -18,7 +18,7 @@ import numpy as np
 from .._shm import SharedArray
 from ..errors import ProtocolError
 from .compress import CompressedArray
-from .encode import NIL, array_parts, encode, layout
+from .encode import NIL, array_parts, encode, layout, thread_pack
 from .frames import Result, Step
 
 __all__: list[str] = ["encode_result", "encode_step", "native_wire", "parse_step"]
@@ -50,8 +50,9 @@ def encode_result(
     info: dict[str, Any],
 ) -> bytes:
     """``encode(Result(...))`` of these fields: in C where built for an observation
-    that is an array (inline or in the shared region) or none, a float reward,
-    and an info of scalars; by the reference encoder otherwise (same bytes).
+    that is an array (inline or in the shared region), a structured value (packed
+    first by the reference's packer) or none, a float reward, and an info of
+    scalars; by the reference encoder otherwise (same bytes).
     """
     if native_wire is not None:
         kind = type(obs)
@@ -61,6 +62,8 @@ def encode_result(
                 if obs is None
                 else array_parts(obs)
                 if kind is np.ndarray or kind is SharedArray or kind is CompressedArray
+                else (thread_pack()(obs), b"")
+                if kind is dict or kind is list or kind is str
                 else (b"", b"")
             )
         except (ProtocolError, TypeError, ValueError, OverflowError):

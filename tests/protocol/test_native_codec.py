@@ -22,6 +22,7 @@ from openenv_ws._arrays import DTYPE_CODES, array_ext_parts
 from openenv_ws._shm import SharedArray
 from openenv_ws.errors import ProtocolError
 from openenv_ws.wire import native
+from openenv_ws.wire.encode import thread_pack
 
 from .test_protocol_properties import _outcome, arrays, client_frames, damaged
 
@@ -187,7 +188,20 @@ shared = st.builds(
 @settings(max_examples=500, deadline=None)
 @given(
     st.one_of(ids, st.integers(-1, 2**33), st.booleans(), st.floats(0, 3)),
-    st.one_of(st.none(), shared, arrays(max_dims=3), st.integers(0, 3)),
+    st.one_of(
+        st.none(),
+        shared,
+        arrays(max_dims=3),
+        st.integers(0, 3),
+        # Structured observations (SPEC section 22), odd ones too.
+        st.text(max_size=8) | st.just("\ud800"),
+        st.dictionaries(
+            st.text(max_size=3),
+            arrays(max_dims=2) | st.integers(-(2**64), 2**65) | st.text(max_size=8),
+            max_size=3,
+        ),
+        st.lists(arrays(max_dims=1) | st.floats() | st.just("\ud800"), max_size=3),
+    ),
     st.one_of(st.floats(), st.integers(-3, 3)),
     st.one_of(st.booleans(), st.integers(0, 1)),
     st.booleans(),
@@ -224,4 +238,14 @@ def test_the_c_result_writer_takes_the_step_loops_results() -> None:
     assert wire.pack_result(70_000, head, data, 1.0, False, False, False, info) is not None
     assert protocol.encode_result(70_000, obs, 1.0, False, False, False, info) == reference_result(
         70_000, obs, 1.0, False, False, False, info
+    )
+
+
+def test_the_c_result_writer_takes_structured_observations() -> None:
+    """A map observation (an OpenEnv model's dump) is packed first, then written in C."""
+    obs = {"echoed_message": "hello", "message_length": 5, "pixels": np.ones((2, 3), np.uint8)}
+    head = thread_pack()(obs)
+    assert wire.pack_result(12, head, b"", 0.5, False, False, False, {}) is not None
+    assert protocol.encode_result(12, obs, 0.5, False, False, False, {}) == reference_result(
+        12, obs, 0.5, False, False, False, {}
     )
