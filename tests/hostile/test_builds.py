@@ -9,8 +9,13 @@ comes; one whose client left is closed too.
 from __future__ import annotations
 
 import contextlib
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+import psutil
 
 from openenv_ws.protocol import Error, Open, Opened, Reset, Result, encode
 
@@ -106,3 +111,33 @@ def test_a_client_leaving_mid_build_leaves_nothing_behind(tmp_path: Path) -> Non
         wait_until(closed.exists, 10 * UNIT, what="the environment of the departed client closed")
         neighbour.check()
         assert server.health()["sessions"] == 1
+
+
+def test_failed_builds_leave_no_thread_behind() -> None:
+    """Each build runs on its session's worker thread, which ends with the session."""
+    with _gated() as (server, neighbour):
+        process = psutil.Process(server.pid)
+        threads = process.num_threads()
+        for _ in range(40):
+            with server.raw() as ws:
+                refused = request(ws, Open(id=1, config={"fail": True}))
+                assert isinstance(refused, Error) and refused.code == "bad_config", refused
+        for _ in range(40):  # the HTTP fallback's opens
+            body = json.dumps({"config": {"fail": True}}).encode()
+            post = urllib.request.Request(
+                f"{server.http_url}/v1/sessions",
+                data=body,
+                headers={"content-type": "application/json"},
+                method="POST",
+            )
+            try:
+                urllib.request.urlopen(post, timeout=10 * UNIT).read()
+                raise AssertionError("the HTTP open of a refused config succeeded")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 422 and b"'fail': true" in exc.read()
+        neighbour.check()
+        wait_until(
+            lambda: process.num_threads() <= threads + 1,
+            10 * UNIT,
+            what=f"the server back to about {threads} threads",
+        )
