@@ -108,6 +108,15 @@ def _head(code: int, arr: np.ndarray[Any, Any]) -> bytes:
     return head
 
 
+# The step loop sends arrays of one dtype and shape again and again: their headers
+# (ext header and array head), by (dtype, shape) of C-contiguous wire-ready arrays.
+_HEADERS: dict[tuple[np.dtype[Any], tuple[int, ...]], bytes] = {}
+# The arrays received likewise: (dtype, shape, data offset, data bytes) by the
+# payload's head bytes, each checked once by parse_array_head.
+_HEADS: dict[bytes, tuple[np.dtype[Any], tuple[int, ...], int, int]] = {}
+_MAX_CACHED = 64
+
+
 def array_ext_parts(arr: np.ndarray[Any, Any]) -> tuple[bytes, memoryview]:
     """The encoded ext as (headers, data): concatenated they are the MessagePack bytes.
 
@@ -118,10 +127,19 @@ def array_ext_parts(arr: np.ndarray[Any, Any]) -> tuple[bytes, memoryview]:
         ProtocolError: a dtype outside :data:`DTYPE_CODES`, more than
             :data:`MAX_NDIM` dimensions, or a dimension above 2**32-1.
     """
+    key = (arr.dtype, arr.shape)
+    headers = _HEADERS.get(key)
+    if headers is not None and arr.flags.c_contiguous and arr.size:
+        return headers, arr.data.cast("B")
     code, arr = wire_array(arr)
     head = _head(code, arr)
     data = arr.data.cast("B") if arr.size else memoryview(b"")
-    return ext_header(len(head) + data.nbytes) + head, data
+    headers = ext_header(len(head) + data.nbytes) + head
+    if key == (arr.dtype, arr.shape) and arr.size:  # wire-ready as it came
+        if len(_HEADERS) >= _MAX_CACHED:
+            _HEADERS.clear()
+        _HEADERS[key] = headers
+    return headers, data
 
 
 def array_ext_payload(arr: np.ndarray[Any, Any]) -> bytes:
@@ -186,8 +204,19 @@ def decode_array(payload: bytes) -> np.ndarray[Any, Any]:
             holding bytes other than 0 and 1. Nothing is allocated before the
             size checks.
     """
+    size = len(payload)
+    known = (
+        _HEADS.get(payload[: 2 + 4 * payload[1]]) if size >= 2 and type(payload) is bytes else None
+    )
+    if known is not None and known[2] + known[3] == size and known[0].kind != "b":
+        dtype, shape, offset, _ = known
+        return np.ndarray(shape, dtype, payload, offset)
     dtype, shape, count, offset = parse_array_head(payload)
     expected = count * dtype.itemsize
+    if expected == size - offset and count and type(payload) is bytes:
+        if len(_HEADS) >= _MAX_CACHED:
+            _HEADS.clear()
+        _HEADS[payload[:offset]] = (dtype, shape, offset, expected)
     if expected != len(payload) - offset:
         raise ProtocolError(
             f"array of shape {shape} and dtype {dtype.name} needs {expected} data bytes, "

@@ -43,7 +43,7 @@ from ..brief import brief
 from ..environment import Environment, EnvResult, EnvSpec, check_keys
 from ..errors import EnvConfigError, InvalidState
 from ..registry import EnvPlugin
-from ..spaces import ArraySpec, Space, SpaceError, space_from_wire
+from ..spaces import ArraySpec, DiscreteSpec, Space, SpaceError, space_from_wire
 
 __all__ = [
     "DEFAULT_IDS",
@@ -196,6 +196,7 @@ class GymnasiumEnvironment(Environment):
         self._render = render
         self.inline = env_id in BOUNDED_IDS and not render
         self._spec = spec
+        self._array_obs = isinstance(spec.observation, ArraySpec)
         self._to_wire = gymspaces.to_wire
         self._gym_action = gymspaces.gym_action
         self._action_space = gymspaces.unbounded(spec.action)
@@ -246,16 +247,23 @@ class GymnasiumEnvironment(Environment):
         return EnvResult(self._obs(obs), info=self._result_info(info))
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
-        obs_, reward, terminated, truncated, info = self._env.step(
-            self._gym_action(self._action_space, action)
-        )
+        space = self._action_space
+        if not (  # gym_action's common case, without the call
+            type(action) is int
+            and type(space) is DiscreteSpec
+            and space.start <= action < space.start + space.n
+        ):
+            action = self._gym_action(space, action)
+        obs_, reward, terminated, truncated, info = self._env.step(action)
         self._steps += 1
         return EnvResult(
-            self._obs(obs_) if obs else None,
+            (obs_ if self._array_obs and type(obs_) is np.ndarray else self._obs(obs_))
+            if obs
+            else None,
             float(reward),
             bool(terminated),
             bool(truncated),
-            self._result_info(info),
+            self._result_info(info) if info or self._render else {},
         )
 
     def state(self) -> dict[str, Any]:

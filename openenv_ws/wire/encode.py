@@ -26,7 +26,7 @@ from .compress import CompressedArray
 from .frames import ClientFrame, Error, Frame, ServerFrame
 from .limits import MAX_ID
 
-__all__ = ["NIL", "Layout", "array_parts", "encode", "layout"]
+__all__ = ["NIL", "Layout", "array_parts", "encode", "layout", "thread_pack"]
 
 #: The MessagePack bytes of nil.
 NIL = b"\xc0"

@@ -10,6 +10,7 @@ the C tier against the reference with odd inputs).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..errors import ProtocolError
 from .compress import CompressedArray
 from .encode import NIL, array_parts, encode, layout, thread_pack
 from .frames import Result, Step
+from .limits import MAX_ID
 
 __all__: list[str] = ["encode_result", "encode_step", "native_wire", "parse_step"]
 
@@ -35,8 +37,35 @@ else:
     native_wire.configure("step", layout(Step).prefix, layout(Step).keys)
 
 
+_STEP_PREFIX = layout(Step).prefix
+# The bytes after the id of a step with an action in 0..127: [2 * action + obs].
+_STEP_TAILS = tuple(
+    layout(Step).keys[0] + bytes((action,)) + layout(Step).keys[1] + (b"\xc3" if obs else b"\xc2")
+    for action in range(128)
+    for obs in (False, True)
+)
+_U8, _U16, _U32 = struct.Struct(">BB"), struct.Struct(">BH"), struct.Struct(">BI")
+
+
 def encode_step(rid: int, action: Any, obs: bool = True) -> bytes:
     """``encode(Step(id=rid, action=action, obs=obs))``: a client's step request."""
+    if (
+        type(action) is int
+        and 0 <= action < 128
+        and type(rid) is int
+        and (obs is True or obs is False)
+    ):
+        if 0 <= rid < 0x80:
+            head = bytes((rid,))
+        elif 0 <= rid <= 0xFF:
+            head = _U8.pack(0xCC, rid)
+        elif 0 <= rid <= 0xFFFF:
+            head = _U16.pack(0xCD, rid)
+        elif 0 <= rid <= MAX_ID:
+            head = _U32.pack(0xCE, rid)
+        else:
+            return encode(Step(rid, action, obs))  # says what is wrong with the id
+        return _STEP_PREFIX + head + _STEP_TAILS[2 * action + obs]
     return encode(Step(rid, action, obs))
 
 
