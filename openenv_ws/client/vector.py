@@ -8,22 +8,17 @@ whichever sessions have answered. Each session is one
 waits on all of them; observations go from the socket buffers into one preallocated
 ``(num_envs, *obs_shape)`` array (structured ones stacked as ``gymnasium.vector`` does).
 
-Autoreset follows Gymnasium's vector environments (``gymnasium.vector.AutoresetMode``):
-
-- ``"next_step"`` (Gymnasium's default): the step that ends an episode
-  returns its last observation; the env's next ``step`` ignores its action,
-  resets the env and returns the first observation of the new episode with
-  reward 0 and both flags false.
-- ``"same_step"``: the step that ends an episode resets the env at once and
-  returns the new episode's first observation; the last one is in
-  ``infos["final_obs"]``, its info in ``infos["final_info"]`` (Gymnasium's layout).
-- ``"disabled"``: nothing is reset automatically; reset ended envs with
-  ``reset(env_ids=...)`` before stepping them again.
+Autoreset follows ``gymnasium.vector.AutoresetMode``: ``"next_step"`` (default: the step
+after an episode's last ignores its action and returns the next episode's first observation,
+reward 0, flags false), ``"same_step"`` (the ending step resets at once; its last observation
+and info are in ``infos["final_obs"]`` and ``infos["final_info"]``) or ``"disabled"`` (reset
+ended envs with ``reset(env_ids=...)`` before stepping them again).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import selectors
 import ssl
@@ -54,6 +49,8 @@ __all__ = ["AUTORESET_MODES", "VectorEnvClient"]
 
 #: Supported autoreset modes (the values of ``gymnasium.vector.AutoresetMode``).
 AUTORESET_MODES = ("next_step", "same_step", "disabled")
+#: Opens a client leaves unanswered at once while opening its sessions.
+OPENS_IN_FLIGHT = 32
 
 
 class VectorEnvClient:
@@ -201,14 +198,15 @@ class VectorEnvClient:
         deadline = None if open_timeout is None else time.monotonic() + open_timeout
         for slot in self._slots:
             slot.ws = slot.connect(_left(deadline))
-        # Every open is sent once all handshakes are done and before any answer is
-        # awaited: a server building one environment answers no handshake
-        # meanwhile, so interleaving them would make the servers take turns.
+        # Opens go once all handshakes are done (a server building an environment
+        # answers none meanwhile), at most OPENS_IN_FLIGHT unanswered: a server
+        # refuses one address more than 64 paced opens waiting (by default).
+        # Answers are read from whichever socket is ready (pings answered).
+        unsent = iter(self._slots)
         for slot in self._slots:
-            slot.conn.send(encode(slot.core.open_frame()))
             slot.register(slot.conn)
-        # Answers are read from whichever socket is ready, so that every
-        # connection answers the server's pings while others are still opening.
+        for slot in itertools.islice(unsent, OPENS_IN_FLIGHT):
+            slot.conn.send(encode(slot.core.open_frame()))
         waiting = set(self._slots)
         while waiting:
             for key, _ in self._selector.select(_left(deadline)):
@@ -220,6 +218,8 @@ class VectorEnvClient:
                 if frame is NOT_READY or slot not in waiting:
                     continue
                 waiting.discard(slot)
+                for later in itertools.islice(unsent, 1):
+                    later.conn.send(encode(later.core.open_frame()))
                 try:
                     slot.core.opened(frame)
                 except RemoteEnvError as exc:

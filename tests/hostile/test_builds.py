@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from openenv_ws.client import VectorEnvClient
+from openenv_ws.client.vector import OPENS_IN_FLIGHT
 from openenv_ws.protocol import Error, Open, Opened, Reset, Result, encode
 
 from ..reliability.conftest import wait_until
@@ -141,3 +144,39 @@ def test_failed_builds_leave_no_thread_behind() -> None:
             10 * UNIT,
             what=f"the server back to about {threads} threads",
         )
+
+
+def test_a_vector_client_keeps_its_opens_under_the_per_address_bound(tmp_path: Path) -> None:
+    """100 opens of one client while a build waits: the server lets one address have 64
+    opens waiting (a quarter of its queue) and the client never sends more than
+    OPENS_IN_FLIGHT unanswered, so none is refused."""
+    gate = tmp_path / "gate"
+    opened: list[int] = []
+    failed: list[BaseException] = []
+
+    def open_all() -> None:
+        try:
+            with VectorEnvClient(server.url, 100, config={"gate": str(gate)}) as envs:
+                opened.append(envs.num_envs)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    with hostile_server(*GATED) as server:
+        client = threading.Thread(target=open_all, daemon=True)
+        client.start()
+
+        def queued() -> dict[str, int]:
+            cold: dict[str, int] = server.health()["cold_opens"]
+            return cold
+
+        wait_until(
+            lambda: queued()["waiting"] >= OPENS_IN_FLIGHT - 1 or queued()["refused"] > 0,
+            30 * UNIT,
+            what="the client's first opens waiting behind the first build",
+        )
+        assert queued()["waiting"] == OPENS_IN_FLIGHT - 1 and queued()["refused"] == 0, queued()
+        gate.touch()
+        client.join(60 * UNIT)
+        assert not failed, failed
+        assert opened == [100]
+        assert server.health()["cold_opens"]["refused"] == 0
