@@ -196,17 +196,18 @@ class VectorEnvClient:
 
     def _open_all(self, open_timeout: float | None) -> None:
         deadline = None if open_timeout is None else time.monotonic() + open_timeout
-        for slot in self._slots:
-            slot.ws = slot.connect(_left(deadline))
-        # Opens go once all handshakes are done (a server building an environment
-        # answers none meanwhile), at most OPENS_IN_FLIGHT unanswered: a server
-        # refuses one address more than 64 paced opens waiting (by default).
-        # Answers are read from whichever socket is ready (pings answered).
+        # At most OPENS_IN_FLIGHT sessions open at once: a server refuses one address
+        # more than 64 paced opens waiting (by default) and closes connections that
+        # open nothing for a minute. Answers come from whichever socket is ready.
         unsent = iter(self._slots)
-        for slot in self._slots:
-            slot.register(slot.conn)
-        for slot in itertools.islice(unsent, OPENS_IN_FLIGHT):
-            slot.conn.send(encode(slot.core.open_frame()))
+
+        def start(count: int) -> None:
+            for slot in itertools.islice(unsent, count):
+                slot.ws = slot.connect(_left(deadline))
+                slot.conn.send(encode(slot.core.open_frame()))
+                slot.register(slot.conn)
+
+        start(OPENS_IN_FLIGHT)
         waiting = set(self._slots)
         while waiting:
             for key, _ in self._selector.select(_left(deadline)):
@@ -218,8 +219,7 @@ class VectorEnvClient:
                 if frame is NOT_READY or slot not in waiting:
                     continue
                 waiting.discard(slot)
-                for later in itertools.islice(unsent, 1):
-                    later.conn.send(encode(later.core.open_frame()))
+                start(1)
                 try:
                     slot.core.opened(frame)
                 except RemoteEnvError as exc:

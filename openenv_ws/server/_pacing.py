@@ -124,9 +124,9 @@ class ColdOpens:
                     if self._built_event is None:
                         self._built_event = asyncio.Event()
                     await self._built_event.wait()
-                delay = self._next - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                # The rest, while someone steps (looked at again each BUSY_WINDOW).
+                while (delay := self._next - loop.time()) > 0 and self.busy():
+                    await asyncio.sleep(min(delay, BUSY_WINDOW))
         finally:
             self.waiting -= 1
             if peer is not None:

@@ -208,3 +208,19 @@ def test_cold_builds_are_not_paced_while_no_session_steps() -> None:
         assert turns.waiting == 0
 
     asyncio.run(main())
+
+
+def test_opens_waiting_stop_resting_once_nobody_steps() -> None:
+    last_step = [time.perf_counter()]  # a session just stepped
+    turns = ColdOpens(0.5, 8, last_step=lambda: last_step[0])
+
+    async def main() -> None:
+        turns.done(3600.0)  # the next build would rest an hour while anyone steps
+        waiter = asyncio.ensure_future(turns.turn())
+        await asyncio.sleep(0.05)
+        assert not waiter.done() and turns.waiting == 1
+        last_step[0] = 0.0  # nobody has stepped since: nobody to stall
+        assert await asyncio.wait_for(waiter, 10 * UNIT) is None
+        assert turns.waiting == 0 and turns.paced == 1
+
+    asyncio.run(main())
