@@ -80,7 +80,7 @@ class EnvPlugin(Generic[E]):
             ``batch_size``; None: the server steps ``num_envs`` instances of
             :attr:`factory` in turn (synchronous sessions only).
         build_off_loop: build each session's environment on its worker thread
-            (one build at a time), so other sessions keep stepping while a slow
+            (a few at once, not paced), so other sessions keep stepping while a slow
             constructor runs; False for builds that hold the GIL throughout
             (an ale-py ROM load), where a thread gains nothing.
     """

@@ -15,6 +15,12 @@ meanwhile), in arrival order; beyond ``max_waiting`` waiting opens the next
 one is refused with ``capacity``, and so is one from a peer address that
 already has a quarter of them waiting (so one address cannot fill the
 queue). Opens served from the warm pool are not paced.
+
+Environments whose plugin builds them off the event loop (on the opening
+session's worker thread: Gymnasium, OpenEnv, ``module:factory``) stall
+nobody while they build: they are not paced, and at most
+:data:`MAX_BUILDS_OFF_LOOP` build at once (the others wait their turn, bounded
+as above), so a flood of opens cannot start a thread each.
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from ._offload import build
 if TYPE_CHECKING:
     from ._session import FrameReply, Reply, ServerSession
 
-__all__ = ["BUSY_WINDOW", "ColdOpens", "share_problem"]
+__all__ = ["BUSY_WINDOW", "MAX_BUILDS_OFF_LOOP", "ColdOpens", "share_problem"]
 
 #: Seconds after a step during which cold builds are paced.
 BUSY_WINDOW = 1.0
+#: Builds running at once off the event loop (``EnvPlugin.build_off_loop``).
+MAX_BUILDS_OFF_LOOP = 4
 
 
 def share_problem(share: float) -> str | None:
@@ -77,10 +85,10 @@ class ColdOpens:
         self._ready: Callable[[Mapping[str, Any]], int] | None = getattr(factory, "ready", None)
         self._pool = factory if self._ready is not None else None
         self._factory = factory
-        # Build on the opening session's worker thread, one build at a time.
+        # Builds on the opening sessions' worker threads, MAX_BUILDS_OFF_LOOP at once.
         self._off_loop = bool(getattr(factory, "build_off_loop", False))
         self._deadline = deadline
-        self._building = False
+        self._building = 0
         self._built_event: asyncio.Event | None = None
         self._last_step = last_step
         self._next = 0.0  # loop time before which no cold build starts
@@ -98,10 +106,10 @@ class ColdOpens:
             peer: the address the open comes from (None: not counted per peer).
         """
         loop = asyncio.get_running_loop()
-        if (
-            not self.waiting
-            and not self._building
-            and (loop.time() >= self._next or not self.busy())
+        if not self.waiting and (
+            self._building < MAX_BUILDS_OFF_LOOP
+            if self._off_loop
+            else loop.time() >= self._next or not self.busy()
         ):
             return None
         by_peer = self._by_peer
@@ -120,7 +128,7 @@ class ColdOpens:
             by_peer[peer] = mine + 1
         try:
             async with self._turns:
-                while self._building:  # a build off the event loop runs: after it
+                while self._building >= MAX_BUILDS_OFF_LOOP:  # off the loop: a free slot
                     if self._built_event is None:
                         self._built_event = asyncio.Event()
                     await self._built_event.wait()
@@ -192,7 +200,7 @@ class ColdOpens:
                 and frame.num_envs is None
                 and session.open_refusal(frame) is None
             ):
-                self._building = True
+                self._building += 1
                 try:
                     session.prebuilt(
                         await build(
@@ -209,7 +217,7 @@ class ColdOpens:
                     )
                     return (encode(late[0]), late[1]) if isinstance(data, bytes) else late
                 finally:
-                    self._building = False
+                    self._building -= 1
                     if self._built_event is not None:
                         self._built_event.set()
                         self._built_event = None
@@ -217,7 +225,10 @@ class ColdOpens:
         finally:
             session.drop_prebuilt()
             if builds is not None or (pool is not None and pool.misses != misses):
-                self.done(perf_counter() - start)  # failed builds (a bad mode) count too
+                if self._off_loop:
+                    self.built += 1  # off the loop: nobody was stalled, no rest
+                else:
+                    self.done(perf_counter() - start)  # failed builds (a bad mode) count too
         return out
 
     @staticmethod

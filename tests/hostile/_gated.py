@@ -8,8 +8,9 @@ environment's options, plus
 - ``fail``: true to refuse the config from the constructor (``bad_config``);
 - ``closed``: a file path written when the environment is closed.
 
-The server builds one environment at a time: a constructor that finds
-another one running raises, and the open that started it fails.
+The server builds at most ``MAX_BUILDS_OFF_LOOP`` environments at once: a
+constructor that finds that many others running raises, and the open that
+started it fails.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from openenv_ws.errors import EnvConfigError
+from openenv_ws.server._pacing import MAX_BUILDS_OFF_LOOP
 from openenv_ws.testing import FakeEnvironment
 
 _lock = threading.Lock()
@@ -36,10 +38,10 @@ class GatedEnvironment(FakeEnvironment):
         self._closed_mark = rest.pop("closed", None)
         with _lock:
             _building += 1
-            overlapping = _building > 1
+            overlapping = _building > MAX_BUILDS_OFF_LOOP
         try:
             if overlapping:
-                raise RuntimeError("two environments were being built at once")
+                raise RuntimeError(f"{_building} environments were being built at once")
             while gate is not None and not os.path.exists(gate):
                 time.sleep(0.005)
             if fail:
