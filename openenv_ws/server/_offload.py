@@ -164,9 +164,11 @@ async def build(
     factory: Callable[[dict[str, Any]], Any],
     config: dict[str, Any],
     deadline: float | None,
+    returned: Callable[[], None],
 ) -> Any:
     """``factory(config)`` on `worker`'s thread: the environment, or the exception it
     raised (the open answers it as it would have answered the call on the loop).
+    `returned` runs on the event loop once the factory has returned, awaited or not.
 
     Raises:
         TimeoutError: no environment within `deadline` seconds; the one built later,
@@ -179,6 +181,7 @@ async def build(
         return made[-1]
 
     def settle() -> None:
+        returned()
         if future.done() and made:  # given up on: nobody takes it
             _close(made.pop())
 

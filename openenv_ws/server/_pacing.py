@@ -200,11 +200,17 @@ class ColdOpens:
                 and frame.num_envs is None
                 and session.open_refusal(frame) is None
             ):
+                # The slot is held until the constructor returns, past the deadline too:
+                # at most MAX_BUILDS_OFF_LOOP threads are ever in constructors.
                 self._building += 1
                 try:
                     session.prebuilt(
                         await build(
-                            session.worker(), self._factory, dict(frame.config), self._deadline
+                            session.worker(),
+                            self._factory,
+                            dict(frame.config),
+                            self._deadline,
+                            self._returned,
                         )
                     )
                 except TimeoutError:
@@ -216,11 +222,6 @@ class ColdOpens:
                         request_id=builds,
                     )
                     return (encode(late[0]), late[1]) if isinstance(data, bytes) else late
-                finally:
-                    self._building -= 1
-                    if self._built_event is not None:
-                        self._built_event.set()
-                        self._built_event = None
             out = session.handle(data) if isinstance(data, bytes) else session.serve(data)
         finally:
             session.drop_prebuilt()
@@ -230,6 +231,13 @@ class ColdOpens:
                 else:
                     self.done(perf_counter() - start)  # failed builds (a bad mode) count too
         return out
+
+    def _returned(self) -> None:
+        """A constructor off the event loop returned: its build slot is free."""
+        self._building -= 1
+        if self._built_event is not None:
+            self._built_event.set()
+            self._built_event = None
 
     @staticmethod
     def _open_of(data: bytes | ClientFrame) -> Open | None:

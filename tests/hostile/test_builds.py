@@ -194,3 +194,34 @@ def test_a_vector_client_keeps_its_opens_under_the_per_address_bound(tmp_path: P
         assert not failed, failed
         assert opened == [100]
         assert server.health()["cold_opens"]["refused"] == 0
+
+
+def test_builds_past_the_deadline_keep_their_slots_until_their_constructors_return(
+    tmp_path: Path,
+) -> None:
+    """Constructors that hang never take more than MAX_BUILDS_OFF_LOOP threads: the next
+    open waits (bounded by the cold-open queue) until one returns."""
+    gate = tmp_path / "gate"
+    marks = [tmp_path / f"closed{i}" for i in range(MAX_BUILDS_OFF_LOOP)]
+    with _gated("--step-timeout", str(1.0 * UNIT)) as (server, neighbour):
+        for mark in marks:
+            with server.raw() as ws:
+                config = {"gate": str(gate), "closed": str(mark)}
+                late = request(ws, Open(id=1, config=config), timeout=30)
+                assert isinstance(late, Error) and late.code == "step_timeout", late
+        threads = psutil.Process(server.pid).num_threads()
+        with server.raw() as ws:
+            ws.send_raw(masked(encode(Open(id=2, config={}))))  # builds at once, given a slot
+            wait_until(
+                lambda: server.health()["cold_opens"]["waiting"] == 1,
+                10 * UNIT,
+                what="the open waiting for a build slot",
+            )
+            neighbour.check()
+            assert psutil.Process(server.pid).num_threads() <= threads + 1
+            gate.touch()  # the hung constructors return, their environments are closed
+            opened = reply(ws, timeout=30)
+            assert isinstance(opened, Opened), opened
+        for mark in marks:
+            wait_until(mark.exists, 10 * UNIT, what=f"{mark.name}: the late environment closed")
+        neighbour.check()
