@@ -43,7 +43,7 @@ from ..brief import brief
 from ..environment import Environment, EnvResult, EnvSpec, check_keys
 from ..errors import EnvConfigError, InvalidState
 from ..registry import EnvPlugin
-from ..spaces import ArraySpec, DiscreteSpec, Space, SpaceError, space_from_wire
+from ..spaces import ArraySpec, Space, SpaceError, space_from_wire
 
 __all__ = [
     "DEFAULT_IDS",
@@ -247,14 +247,9 @@ class GymnasiumEnvironment(Environment):
         return EnvResult(self._obs(obs), info=self._result_info(info))
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
-        space = self._action_space
-        if not (  # gym_action's common case, without the call
-            type(action) is int
-            and type(space) is DiscreteSpec
-            and space.start <= action < space.start + space.n
-        ):
-            action = self._gym_action(space, action)
-        obs_, reward, terminated, truncated, info = self._env.step(action)
+        obs_, reward, terminated, truncated, info = self._env.step(
+            self._gym_action(self._action_space, action)
+        )
         self._steps += 1
         return EnvResult(
             (obs_ if self._array_obs and type(obs_) is np.ndarray else self._obs(obs_))

@@ -30,7 +30,7 @@ from ..protocol import ClientFrame, decode_client_frame, encode, parse_step
 if TYPE_CHECKING:
     from ._session import FrameReply, Reply, ServerSession
 
-__all__ = ["Worker", "build", "call", "timeout_message"]
+__all__ = ["Worker", "build", "call", "close_quietly", "timeout_message"]
 
 logger = logging.getLogger("openenv_ws.server")
 
@@ -183,7 +183,7 @@ async def build(
     def settle() -> None:
         returned()
         if future.done() and made:  # given up on: nobody takes it
-            _close(made.pop())
+            close_quietly(made.pop())
 
     future: asyncio.Future[Any] = worker.submit(run, config, settle)
     scope = asyncio.timeout(deadline)
@@ -200,11 +200,12 @@ async def build(
         return exc
 
 
-def _close(env: Any) -> None:
+def close_quietly(env: Any) -> None:
+    """Close an environment no session took; a failure is logged, never raised."""
     try:
         env.close()
     except Exception:
-        logger.exception("closing an environment built for an open nobody awaits failed")
+        logger.exception("closing an environment no session took failed")
 
 
 def _request_id(data: bytes | ClientFrame) -> int | None:

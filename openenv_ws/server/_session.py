@@ -49,7 +49,7 @@ from ..protocol import (
 )
 from ..spaces import plain
 from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose, mode_name
-from ._offload import Worker
+from ._offload import Worker, close_quietly
 from .replay import ReplayCache
 from .vsession import VectorSession, check_num_envs, open_vector
 
@@ -463,10 +463,7 @@ class ServerSession:
     def drop_prebuilt(self) -> None:
         found, self._prebuilt = self._prebuilt, None
         if found is not None and not isinstance(found, BaseException):
-            try:
-                found.close()
-            except Exception:
-                logger.exception("session %s: environment close failed", self.session_id)
+            close_quietly(found)
 
     def _build(self, config: dict[str, Any]) -> Environment:
         found, self._prebuilt = self._prebuilt, None
