@@ -14,8 +14,9 @@
  *     (OK, id, obs_ext_type, obs_ext_payload, reward, terminated, truncated, done, info)
  *
  * with obs_ext_type 0 (nil: payload None), 1, 2 or 3 (an array inline, in the
- * shared region, compressed: the extension's payload as bytes), and `info` a dict of
- * scalars. Anything else (a ping, a close, an error frame, a fragment, an info
+ * shared region, compressed: the extension's payload as bytes) or STRUCTURED (any
+ * other value, SPEC section 22: its MessagePack bytes, which the reference decoder
+ * reads), and `info` a dict of scalars. Anything else (a ping, a close, an error frame, a fragment, an info
  * that holds a list, a buffer too small for the frame, a closed connection) is
  * (FALLBACK,) with the frame left unread in the buffer: the Python reader then
  * handles it as it handles every frame. The others are the caller's to report:
@@ -282,17 +283,25 @@ static PyObject *configure(PyObject *module, PyObject *args) {
 /* ------------------------------------------------------------------ the codec's wrappers */
 
 /* parse_step(data): (id, action, obs) of a step request laid out as encode_step lays it
- * out with an action in 0..127, else None; the same as protocol.parse_step in Python. */
+ * out, with the action an int in 0..127 or, for any other action, the bytes of its
+ * MessagePack value; else None. protocol.parse_step decodes those bytes. */
 static PyObject *parse_step(PyObject *module, PyObject *data) {
     uint64_t rid;
     long action;
+    const uint8_t *value;
+    Py_ssize_t value_len = 0;
     int obs;
     if (!PyBytes_CheckExact(data) ||
         !wire_read_step((const uint8_t *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), &rid,
-                        &action, &obs)) {
+                        &action, &value, &value_len, &obs)) {
         Py_RETURN_NONE;
     }
-    return Py_BuildValue("(KlO)", (unsigned long long)rid, action, obs ? Py_True : Py_False);
+    PyObject *obs_flag = obs ? Py_True : Py_False;
+    if (value != NULL) {
+        return Py_BuildValue("(Ky#O)", (unsigned long long)rid, (const char *)value, value_len,
+                             obs_flag);
+    }
+    return Py_BuildValue("(KlO)", (unsigned long long)rid, action, obs_flag);
 }
 
 /* pack_result(id, obs_head, obs_data, reward, terminated, truncated, done, info): the
@@ -363,7 +372,8 @@ PyMODINIT_FUNC PyInit__wire(void) {
         PyModule_AddIntConstant(m, "TIMEOUT", TIMEOUT) < 0 ||
         PyModule_AddIntConstant(m, "SEND_FAILED", SEND_FAILED) < 0 ||
         PyModule_AddIntConstant(m, "RECV_FAILED", RECV_FAILED) < 0 ||
-        PyModule_AddIntConstant(m, "RAISED", RAISED) < 0) {
+        PyModule_AddIntConstant(m, "RAISED", RAISED) < 0 ||
+        PyModule_AddIntConstant(m, "STRUCTURED", WIRE_STRUCTURED) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -58,14 +58,25 @@ typedef struct {
 
 extern WireLayout wire_result_layout, wire_step_layout;
 
+/* Structured values (lists, maps, strings, numbers) nest at most this many levels in
+ * the readers' hands (the reference's limits.MAX_DEPTH); deeper ones are declined. */
+#define WIRE_MAX_NESTING 8
+
+/* The obs_ext_type of an observation that is a structured value: its payload is the
+ * value's MessagePack bytes, for the reference decoder to read. */
+#define WIRE_STRUCTURED (-1)
+
 /* A result in payload[0:n] as the tuple (status, id, obs_ext_type, obs_ext_payload,
  * reward, terminated, truncated, done, info), or NULL: with no error set when it is
  * not a result in the canonical layout, with MemoryError set when memory ran out. */
 PyObject *wire_read_result(const uint8_t *payload, Py_ssize_t n, int status);
 
-/* A step request in p[0:n] in the canonical layout with an action in 0..127: 1 with
- * *rid, *action and *obs set, else 0. */
-int wire_read_step(const uint8_t *p, Py_ssize_t n, uint64_t *rid, long *action, int *obs);
+/* A step request in p[0:n] in the canonical layout: 1 with *rid and *obs set and
+ * either *value NULL and *action the action in 0..127, or the action's MessagePack
+ * bytes at *value (*value_len of them; any value the reference may take, see
+ * WIRE_MAX_NESTING); else 0. */
+int wire_read_step(const uint8_t *p, Py_ssize_t n, uint64_t *rid, long *action,
+                   const uint8_t **value, Py_ssize_t *value_len, int *obs);
 
 /* The MessagePack bytes of a result (see pack_result in _wire.c): new bytes, None
  * when the values are not for the plain layout, or NULL with an error set. */

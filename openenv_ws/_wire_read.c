@@ -144,6 +144,64 @@ static PyObject *read_scalar(Reader *r) {
     }
 }
 
+/* Past one MessagePack value whose containers nest at most `depth` levels, whose map keys
+ * are strings and whose extensions are of types 1..3: 1, or 0 for anything else (cut
+ * short, 0xc1, deeper, another key or extension). Only its extent is read here: the
+ * reference decoder reads the value itself (a structured field, SPEC section 22). */
+static int skip_value(Reader *r, int depth) {
+    const uint8_t *at;
+    uint64_t n;
+    if (r->p >= r->end) {
+        return 0;
+    }
+    uint8_t b = *r->p++;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        return 1;
+    }
+    if ((b & 0xe0) == 0xa0) {
+        return take(r, b & 0x1f, &at);
+    }
+    int map = (b & 0xf0) == 0x80 || b == 0xde || b == 0xdf;
+    if ((b & 0xf0) == 0x80 || (b & 0xf0) == 0x90) {
+        n = b & 0x0f;
+    } else if (b == 0xdc || b == 0xde) {
+        if (!read_uint(r, 2, &n)) return 0;
+    } else if (b == 0xdd || b == 0xdf) {
+        if (!read_uint(r, 4, &n)) return 0;
+    } else if (b >= 0xca && b <= 0xd3) { /* float 32/64, uint 8..64, int 8..64 */
+        static const int widths[] = {4, 8, 1, 2, 4, 8, 1, 2, 4, 8};
+        return take(r, widths[b - 0xca], &at);
+    } else if ((b >= 0xc4 && b <= 0xc6) || (b >= 0xd9 && b <= 0xdb)) { /* bin, str */
+        int width = b <= 0xc6 ? 1 << (b - 0xc4) : 1 << (b - 0xd9);
+        return read_uint(r, width, &n) && n <= (uint64_t)(r->end - r->p) &&
+               take(r, (Py_ssize_t)n, &at);
+    } else if ((b >= 0xc7 && b <= 0xc9) || (b >= 0xd4 && b <= 0xd8)) { /* ext, fixext */
+        if (b <= 0xc9) {
+            if (!read_uint(r, 1 << (b - 0xc7), &n)) return 0;
+        } else {
+            n = (uint64_t)1 << (b - 0xd4);
+        }
+        return take(r, 1, &at) && at[0] >= 1 && at[0] <= 3 &&
+               n <= (uint64_t)(r->end - r->p) && take(r, (Py_ssize_t)n, &at);
+    } else {
+        return 0; /* 0xc1 */
+    }
+    if (depth <= 0) {
+        return 0;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        if (map && (r->p >= r->end ||
+                    !((*r->p & 0xe0) == 0xa0 || (*r->p >= 0xd9 && *r->p <= 0xdb)) ||
+                    !skip_value(r, 0))) {
+            return 0;
+        }
+        if (!skip_value(r, depth - 1)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* A map of string keys to scalars: a new dict, or NULL (no error set) for anything else. */
 static PyObject *read_info(Reader *r) {
     if (r->p >= r->end) {
@@ -206,25 +264,37 @@ PyObject *wire_read_result(const uint8_t *payload, Py_ssize_t n, int status) {
     if (!expect(&r, RESULT_KEY(0)) || r.p >= r.end) {
         return NULL;
     }
-    /* obs: nil or an extension (fixext 1..16, ext 8/16/32) of type 1, 2 or 3 */
+    /* obs: nil, an extension (fixext 1..16, ext 8/16/32) of type 1, 2 or 3, or any other
+     * value, whose bytes are handed over (obs_ext_type WIRE_STRUCTURED) */
     long ext_type = 0;
     uint64_t ext_len = 0;
-    b = *r.p++;
-    if (b != 0xc0) {
-        if (b >= 0xd4 && b <= 0xd8) {
+    if (r.p >= r.end) {
+        return NULL;
+    }
+    b = *r.p;
+    if (b == 0xc0) {
+        r.p++;
+    } else if ((b >= 0xd4 && b <= 0xd8) || (b >= 0xc7 && b <= 0xc9)) {
+        r.p++;
+        if (b >= 0xd4) {
             ext_len = (uint64_t)1 << (b - 0xd4);
-        } else if (b >= 0xc7 && b <= 0xc9) {
-            if (!read_uint(&r, 1 << (b - 0xc7), &ext_len)) return NULL;
-        } else {
+        } else if (!read_uint(&r, 1 << (b - 0xc7), &ext_len)) {
             return NULL;
         }
         if (!take(&r, 1, &at) || at[0] < 1 || at[0] > 3) {
             return NULL;
         }
         ext_type = at[0];
-        if (!take(&r, (Py_ssize_t)ext_len, &at)) {
+        if (ext_len > (uint64_t)(r.end - r.p) || !take(&r, (Py_ssize_t)ext_len, &at)) {
             return NULL;
         }
+    } else {
+        at = r.p;
+        if (!skip_value(&r, WIRE_MAX_NESTING)) {
+            return NULL;
+        }
+        ext_type = WIRE_STRUCTURED;
+        ext_len = (uint64_t)(r.p - at);
     }
     const uint8_t *ext_at = at;
     /* reward: float64, not NaN */
@@ -268,7 +338,8 @@ PyObject *wire_read_result(const uint8_t *payload, Py_ssize_t n, int status) {
                          flags[0], flags[1], flags[2], info);
 }
 
-int wire_read_step(const uint8_t *p, Py_ssize_t n, uint64_t *rid, long *action, int *obs) {
+int wire_read_step(const uint8_t *p, Py_ssize_t n, uint64_t *rid, long *action,
+                   const uint8_t **value, Py_ssize_t *value_len, int *obs) {
     Reader r = {p, p + n};
     if (wire_step_layout.prefix_len == 0 ||
         !expect(&r, wire_step_layout.prefix, wire_step_layout.prefix_len) || r.p >= r.end) {
@@ -282,11 +353,19 @@ int wire_read_step(const uint8_t *p, Py_ssize_t n, uint64_t *rid, long *action, 
     } else {
         return 0;
     }
-    if (!expect(&r, wire_step_layout.keys[0], wire_step_layout.key_lens[0]) || r.p >= r.end ||
-        *r.p > 0x7f) {
+    if (!expect(&r, wire_step_layout.keys[0], wire_step_layout.key_lens[0]) || r.p >= r.end) {
         return 0;
     }
-    *action = *r.p++;
+    *value = NULL;
+    if (*r.p <= 0x7f) {
+        *action = *r.p++;
+    } else { /* any other value: its bytes */
+        *value = r.p;
+        if (!skip_value(&r, WIRE_MAX_NESTING)) {
+            return 0;
+        }
+        *value_len = r.p - *value;
+    }
     if (!expect(&r, wire_step_layout.keys[1], wire_step_layout.key_lens[1]) || r.end - r.p != 1 ||
         (*r.p != 0xc2 && *r.p != 0xc3)) {
         return 0;

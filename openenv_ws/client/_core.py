@@ -38,6 +38,7 @@ from ..protocol import (
     ERRORS,
     MAX_ID,
     PROTOCOL_VERSION,
+    STRUCTURED,
     Close,
     Error,
     GetState,
@@ -51,6 +52,7 @@ from ..protocol import (
     SnapshotData,
     StateReply,
     Step,
+    decode_field,
     decode_server_frame,
     ext_hook,
     native_wire,
@@ -326,7 +328,11 @@ class ClientCore:
         """The ``result`` whose fields the C reader returned (``native_wire.parse_result``
         or ``BlockingWebSocket.exchange``), as :meth:`decode` makes it."""
         _, rid, ext_type, payload, reward, terminated, truncated, done, info = fields
-        obs: Any = None if payload is None else self._ext_hook(ext_type, payload)
+        obs: Any
+        if ext_type == STRUCTURED:  # its MessagePack bytes (SPEC section 22)
+            obs = decode_field(payload, Result, "obs", rid, self._ext_hook)
+            return Result(rid, obs, reward, terminated, truncated, done, info)
+        obs = None if payload is None else self._ext_hook(ext_type, payload)
         if obs is not None and ext_type != EXT_SHARED and self._indexed is not None:
             obs = self._expand_codes(obs)  # (the region's hook expands codes itself)
         return Result(rid, obs, reward, terminated, truncated, done, info)

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import importlib
 import inspect
 import os
@@ -324,22 +325,20 @@ def _accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
 _UNSET = object()
 
 
+#: Values that are section 22 values as they are.
+_AS_IS = frozenset({type(None), bool, int, float, str, bytes, np.ndarray})
+
+
 def _wire(value: Any) -> Any:
     """`value` as section 22 values: tuples as lists, numpy scalars and enums as their
     values; :data:`_UNSET` for anything else (then the JSON dump is used)."""
     kind = type(value)
-    if value is None or kind in (bool, int, float, str, bytes) or kind is np.ndarray:
+    if kind in _AS_IS:
         return value
     if kind is dict:
-        out = {}
-        for k, v in value.items():
-            item = _wire(v)
-            if type(k) is not str or item is _UNSET:
-                return _UNSET
-            out[k] = item
-        return out
+        return _wire_items(value, value)
     if kind is list or kind is tuple:
-        items = [_wire(v) for v in value]
+        items = [v if type(v) in _AS_IS else _wire(v) for v in value]
         return _UNSET if any(i is _UNSET for i in items) else items
     if isinstance(value, np.generic):
         return value.item()
@@ -348,9 +347,63 @@ def _wire(value: Any) -> Any:
     return _UNSET
 
 
-def _dump(model: Any, exclude: set[str] | None = None) -> Any:
-    out = _wire(model.model_dump(exclude=exclude))
-    return model.model_dump(mode="json", exclude=exclude) if out is _UNSET else out
+def _wire_items(values: Mapping[Any, Any], keys: Any) -> Any:
+    """``{k: _wire(values[k]) for k in keys}`` (keys strings), or :data:`_UNSET`."""
+    out = {}
+    for k in keys:
+        v = values[k]
+        if type(v) not in _AS_IS:
+            v = _wire(v)
+            if v is _UNSET:
+                return _UNSET
+        if type(k) is not str:
+            return _UNSET
+        out[k] = v
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_fields(
+    cls: Any, exclude: frozenset[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(the fields to dump, all fields) of the Pydantic model class `cls` if its
+    ``model_dump`` is its stored field values, in order (no serializer, computed
+    field, excluded field or extra field changes what it dumps); None otherwise."""
+    from annotated_types import BaseMetadata
+
+    decorators = getattr(cls, "__pydantic_decorators__", None)
+    fields = getattr(cls, "model_fields", None)
+    if (
+        decorators is None
+        or type(fields) is not dict
+        or decorators.field_serializers
+        or decorators.model_serializers
+        or getattr(cls, "model_computed_fields", None)
+        or cls.model_config.get("extra") == "allow"
+        or getattr(cls, "__pydantic_root_model__", False)
+    ):
+        return None
+    for info in fields.values():
+        if info.exclude or not all(isinstance(m, BaseMetadata) for m in info.metadata):
+            return None
+    return tuple(k for k in fields if k not in exclude), tuple(fields)
+
+
+def _dump(model: Any, exclude: frozenset[str] = frozenset()) -> Any:
+    """`model`'s ``model_dump`` as section 22 values (its JSON dump where it holds
+    anything else); a plain model's stored values are read as they are."""
+    names = _stored_fields(model.__class__, exclude)
+    if names is not None:
+        stored = model.__dict__
+        if len(stored) == len(names[1]):
+            out = _wire_items(stored, names[0])
+            if out is not _UNSET:
+                return out
+    out = _wire(model.model_dump(exclude=set(exclude)))
+    return model.model_dump(mode="json", exclude=set(exclude)) if out is _UNSET else out
+
+
+_UNSENT = frozenset({"done", "metadata"})  # an observation's fields a result carries apart
 
 
 def _why(exc: Any, name: str) -> str:
@@ -444,7 +497,7 @@ class OpenEnvEnvironment(Environment):
         reward = observation.reward
         info = _wire(observation.metadata)
         return EnvResult(
-            _dump(observation, {"done", "metadata"}),
+            _dump(observation, _UNSENT),
             0.0 if reward is None else float(reward),
             bool(observation.done),
             False,

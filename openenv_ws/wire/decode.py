@@ -27,6 +27,7 @@ __all__ = [
     "client_frame_from_map",
     "compressed_ext_hook",
     "decode_client_frame",
+    "decode_field",
     "decode_server_frame",
     "ext_hook",
     "server_frame_from_map",
@@ -217,6 +218,33 @@ def decode_server_frame(
     """
     frame: ServerFrame = _from_map(_unpack(data, max_frame_size, ext_hook), SERVER_OPS)
     return frame
+
+
+#: (frame class, field name) -> the check of that field in :data:`~.checks.SCHEMAS`.
+_FIELD_CHECKS = {(cls, name): check for cls, fields in SCHEMAS.items() for name, check, _ in fields}
+
+
+def decode_field(
+    data: bytes,
+    cls: type[Frame],
+    name: str,
+    rid: int,
+    hook: Callable[[int, bytes], Any] = ext_hook,
+) -> Any:
+    """The value of field `name` of the `cls` frame `rid` from its MessagePack bytes
+    alone (the C readers of :mod:`.native` hand over a structured field's bytes),
+    decoded and checked as in a whole frame, with the same errors."""
+    try:
+        value = msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=True)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - as in _unpack
+        raise _unreadable(exc) from None
+    try:
+        return _FIELD_CHECKS[cls, name](name, value)
+    except ProtocolError as err:
+        err.request_id = rid
+        raise
 
 
 def client_frame_from_map(raw: dict[str, Any]) -> ClientFrame:

@@ -1,8 +1,9 @@
 """The server's C reader of step requests and writer of results against the reference codec.
 
-``native_wire.parse_step`` must accept exactly the steps that the reference
-decoder reads as a step in the canonical layout with an action in 0..127
-(and give the same values), and ``native_wire.pack_result`` must write
+``native_wire.parse_step`` must accept every step in the canonical layout
+(an action in 0..127 as the int, any other as the bytes of its value, which
+``protocol.parse_step`` reads as the reference reads them: same values, or
+None where the reference refuses), and ``native_wire.pack_result`` must write
 exactly the bytes of the reference encoder or decline (None), for every
 input, odd ones included.
 """
@@ -35,9 +36,34 @@ def test_the_server_uses_the_c_reader_where_it_is_built() -> None:
 
     if os.environ.get("CI"):
         assert wire is not None, "openenv_ws._wire was not built; is gcc missing?"
-    assert native.parse_step is wire.parse_step
-    assert protocol.parse_step is wire.parse_step
-    assert _session.parse_step is wire.parse_step
+    assert native.parse_step is not native._no_reader
+    assert protocol.parse_step is native.parse_step
+    assert _session.parse_step is native.parse_step
+
+
+# ---------------------------------------------------------------------------- agreement
+
+
+def same(a: Any, b: Any) -> bool:
+    """`a` and `b` are the same decoded value: types, map key order, array bytes,
+    NaN and all."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is np.ndarray:
+        return bool(a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes())
+    if type(a) is dict:
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if type(a) is list or type(a) is tuple:
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is float:
+        return a == b or (a != a and b != b)
+    return bool(a == b)
+
+
+def tagged(code: int, data: bytes) -> Any:
+    """An extension hook that keeps every extension's type and bytes (in a uint8 array,
+    which the checks take wherever an array may be)."""
+    return np.frombuffer(bytes((code & 0xFF,)) + data, np.uint8)
 
 
 # ---------------------------------------------------------------------------- step requests
@@ -46,30 +72,72 @@ ids = st.integers(0, 2**32 - 1)
 steps = st.builds(protocol.encode_step, ids, st.integers(-300, 300), st.booleans())
 
 
-def _reference_step(data: bytes) -> tuple[int, int, bool] | None:
-    """The fields of `data` by the reference decoder if it is a step with an action
-    in 0..127, else None."""
+def _reference_step(data: bytes) -> tuple[int, Any, bool] | None:
+    """The fields of `data` by the reference decoder if it is a step, else None."""
     try:
         frame = protocol.decode_client_frame(data)
     except ProtocolError:
         return None
-    if type(frame) is not protocol.Step or type(frame.action) is not int:
+    if type(frame) is not protocol.Step:
         return None
-    return (frame.id, frame.action, frame.obs) if 0 <= frame.action <= 127 else None
+    return (frame.id, frame.action, frame.obs)
 
 
-def _canonical(fields: tuple[int, int, bool] | None, data: bytes) -> bool:
+def _canonical(fields: tuple[int, Any, bool] | None, data: bytes) -> bool:
     return fields is not None and protocol.encode(protocol.Step(*fields)) == data
 
 
-def step_reader_agrees(got: tuple[int, int, bool] | None, data: bytes) -> bool:
-    """Whether `got`, the C reader's answer for `data`, is right by the reference codec:
-    the values the reference decodes, or None where `data` is not a canonical
-    step with an action in 0..127 (an id in a wider form than needed may be read)."""
-    want = _reference_step(data)
+def step_reader_agrees(data: bytes) -> bool:
+    """Whether the readers' answers for `data` are right by the reference codec.
+
+    The C reader's: an action in 0..127 as the int, any other as the bytes of
+    its value; None only where `data` is not a step in the canonical layout.
+    ``protocol.parse_step``'s: the reference's values (the action's bytes read
+    by ``decode_field``), or None where the reference refuses the action.
+    """
+    raw, got, want = wire.parse_step(data), native.parse_step(data), _reference_step(data)
+    if raw is None:
+        return got is None and not _canonical(want, data)
+    if type(raw[1]) is int:
+        if not (0 <= raw[1] <= 127 and got == raw):
+            return False
+    elif type(raw[1]) is not bytes or (got is not None and got[::2] != raw[::2]):
+        return False
     if got is None:
-        return not _canonical(want, data)
-    return got == want and [type(v) for v in got] == [int, int, bool]
+        return want is None
+    return want is not None and same(got, want) and type(got[2]) is bool
+
+
+# ---------------------------------------------------------------------------- results
+
+
+def _reference_result(payload: bytes) -> tuple[Any, ...] | None:
+    try:
+        frame = protocol.decode_server_frame(payload, ext_hook=tagged)
+    except ProtocolError:
+        return None
+    if type(frame) is not protocol.Result:
+        return None
+    flags = (frame.terminated, frame.truncated, frame.done)
+    return (frame.id, frame.obs, frame.reward, *flags, frame.info)
+
+
+def result_reader_agrees(got: tuple[Any, ...] | None, payload: bytes) -> bool:
+    """Whether the C result reader's answer `got` for `payload` is right: None (it may
+    decline), or the reference decoder's fields, a structured observation read from
+    its bytes by ``decode_field`` (which refuses only what the reference refuses)."""
+    if got is None:
+        return True
+    status, rid, code, data, reward, *flags, info = got
+    want = _reference_result(payload)
+    try:
+        if code == native.STRUCTURED:
+            obs = protocol.decode_field(data, protocol.Result, "obs", rid, tagged)
+        else:
+            obs = None if code == 0 else tagged(code, data)
+    except ProtocolError:
+        return want is None
+    return status == wire.OK and same((rid, obs, reward, *flags, info), want)
 
 
 @settings(max_examples=400, deadline=None)
@@ -86,25 +154,65 @@ def test_the_c_step_reader_accepts_what_the_reference_reads_as_a_plain_step(
     data: bytes, draw: st.DataObject
 ) -> None:
     frame = damaged(data, draw)
-    assert step_reader_agrees(wire.parse_step(frame), frame)
+    assert step_reader_agrees(frame)
 
 
 def test_the_c_step_reader_declines_steps_in_other_forms() -> None:
     plain = protocol.encode_step(300, 5, False)
     assert wire.parse_step(plain) == (300, 5, False)
     others = {
-        "an action above 127": protocol.encode_step(1, 128, True),
-        "a negative action": protocol.encode_step(1, -1, True),
-        "a float action": protocol.encode_step(1, 1.0, True),
         "keys in another order": b"\x84\xa2id\x01\xa2op\xa4step\xa6action\x01\xa3obs\xc3",
         "a byte after the map": plain + b"\xc0",
+        "an action nesting 9 levels": protocol.encode_step(1, 5, True).replace(
+            b"action\x05", b"action" + b"\x91" * 9 + b"\x05"
+        ),
+        "an action holding 0xc1": protocol.encode_step(1, 5, True).replace(
+            b"action\x05", b"action\x92\x01\xc1"
+        ),
+        "an action map with an int key": protocol.encode_step(1, 5, True).replace(
+            b"action\x05", b"action\x81\x01\x02"
+        ),
     }
     for name, data in others.items():
         assert wire.parse_step(data) is None, name
         assert not _canonical(_reference_step(data), data), name
+        assert step_reader_agrees(data), name
     # An id in a wider form than needed is still read, as the reference reads it.
     wide = plain.replace(b"\xcd\x01\x2c", b"\xce\0\0\x01\x2c")
     assert wire.parse_step(wide) == _reference_step(wide) == (300, 5, False)
+
+
+@pytest.mark.parametrize(
+    "action",
+    [128, -1, 300, 1.5, "a text", [1, 2], {"message": "hi", "n": [1, {"x": None}]}, 2**64 - 1],
+)
+def test_any_other_action_comes_as_its_bytes_and_reads_as_the_reference_reads_it(
+    action: Any,
+) -> None:
+    data = protocol.encode_step(9, action, True)
+    raw = wire.parse_step(data)
+    assert raw is not None and type(raw[1]) is bytes
+    assert data.endswith(raw[1] + b"\xa3obs\xc3")
+    assert same(native.parse_step(data), (9, action, True))
+    assert step_reader_agrees(data)
+
+
+def test_an_action_the_reference_refuses_is_left_to_it() -> None:
+    base = protocol.encode_step(4, 5, True)
+    for bad in (b"\x81\xc4\x01k\x01", b"\xd4\x02\x00", b"\xa1\xff", b"\xc3", b"\xc0"):
+        data = base.replace(b"action\x05", b"action" + bad)
+        assert native.parse_step(data) is None, bad
+        with pytest.raises(ProtocolError):
+            protocol.decode_client_frame(data)
+        assert step_reader_agrees(data)
+
+
+def test_an_array_action_reads_as_the_reference_reads_it() -> None:
+    action = np.arange(6, dtype=np.float32).reshape(2, 3)
+    data = protocol.encode_step(3, action, False)
+    got = native.parse_step(data)
+    assert got is not None and same(got, _reference_step(data))
+    assert got[1].dtype == np.float32 and got[1].shape == (2, 3)
 
 
 def test_the_c_step_reader_takes_bytes_only() -> None:

@@ -226,7 +226,13 @@ def _outcome(make: Any) -> Any:
 @PROFILE
 @given(
     st.integers(-1, 2**32) | ids,
-    st.integers(-(2**64), 2**64) | st.booleans() | st.floats() | maps(),
+    st.integers(-(2**64), 2**64)
+    | st.booleans()
+    | st.floats()
+    | maps()
+    | st.text(max_size=5)
+    | st.just("\ud800")
+    | st.lists(st.integers(-(2**65), 2**65) | st.text(max_size=3), max_size=3),
     st.booleans() | st.integers(0, 1),
 )
 def test_encode_step_is_encode_of_a_step(rid: Any, action: Any, obs: Any) -> None:
