@@ -201,8 +201,14 @@ class ClientRegion:
     def close(self) -> None:
         self.drop_descriptor()
         self._views.clear()
-        if not self._map.closed:
-            self._map.close()
+        _unmap(self._map)
+
+
+def _unmap(region: mmap.mmap) -> None:
+    """Close the mapping of a region; an array still viewing it (one a caller kept,
+    a failed call's) keeps it mapped until the last such array goes."""
+    with contextlib.suppress(BufferError):
+        region.close()
 
 
 class _Unusable(Exception):
@@ -406,11 +412,7 @@ class ServerRegion:
     def close(self) -> None:
         self._last = ((), None)
         self._views.clear()
-        if not self._map.closed:
-            # An array still viewing the region (a failed step's) keeps the
-            # mapping alive; it is unmapped when the last one goes.
-            with contextlib.suppress(BufferError):
-                self._map.close()
+        _unmap(self._map)
 
 
 def _replaced(value: Any, path: tuple[Any, ...], put: Any) -> Any:

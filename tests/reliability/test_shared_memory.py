@@ -285,3 +285,17 @@ def test_the_server_reuses_one_view_per_half_and_names_it_without_copying() -> N
         server.close()
         client.close()
     assert server._map.closed  # cached views do not keep the mapping alive
+
+
+def test_a_region_closes_while_an_array_still_views_it() -> None:
+    client = ClientRegion()
+    server = ServerRegion.attach(client.offer())
+    shared = server.put(np.arange(8192, dtype=np.uint8))
+    assert shared is not None
+    payload = msgpack.packb(shared.ext())[3:]  # the ext 16's payload
+    kept = client.view(payload)
+    client.close()  # (the view keeps the mapping: closing it would raise BufferError)
+    server.close()
+    assert kept[:4].tolist() == [0, 1, 2, 3] and kept[-1] == 255
+    del kept, client, server  # the last holders of the mapping
+    assert _mapped_regions() == 0
