@@ -208,8 +208,10 @@ def decode_array(payload: bytes) -> np.ndarray[Any, Any]:
     known = (
         _HEADS.get(payload[: 2 + 4 * payload[1]]) if size >= 2 and type(payload) is bytes else None
     )
-    if known is not None and known[2] + known[3] == size and known[0].kind != "b":
+    if known is not None and known[2] + known[3] == size:
         dtype, shape, offset, _ = known
+        if dtype.kind == "b":
+            _check_bools(payload, offset)
         return np.ndarray(shape, dtype, payload, offset)
     dtype, shape, count, offset = parse_array_head(payload)
     expected = count * dtype.itemsize
@@ -222,7 +224,18 @@ def decode_array(payload: bytes) -> np.ndarray[Any, Any]:
             f"array of shape {shape} and dtype {dtype.name} needs {expected} data bytes, "
             f"but the extension carries {len(payload) - offset}"
         )
+    if dtype.kind == "b":
+        _check_bools(payload, offset)
     arr: np.ndarray[Any, Any] = np.ndarray(shape, dtype, payload, offset)
-    if dtype.kind == "b" and count and arr.view(np.uint8).max() > 1:
-        raise ProtocolError("bool array holds bytes other than 0 and 1")
     return arr
+
+
+def _check_bools(payload: bytes | bytearray | memoryview, offset: int) -> None:
+    """Raise unless the bytes of a bool array (from `offset`) are all 0 or 1."""
+    data = memoryview(payload)[offset:]
+    if len(data) <= 4096:  # bytes.translate deletes 0 and 1: anything left is bad
+        bad = bool(data.tobytes().translate(None, b"\x00\x01"))
+    else:
+        bad = bool(np.frombuffer(data, np.uint8).max() > 1)
+    if bad:
+        raise ProtocolError("bool array holds bytes other than 0 and 1")

@@ -215,7 +215,8 @@ class ServerSession:
             kept: Reply | None = replay.recall(data)
             if kept is not None:
                 return kept
-        # The step loop: a plain step of a running episode is read without a full decode.
+        # The step loop: a step of a running episode is read without a full decode (a
+        # vector session's episodes are its own: its machine never says RUNNING).
         step = (
             parse_step(data)
             if self.machine.state is SessionState.RUNNING and len(data) <= self._max_frame_size

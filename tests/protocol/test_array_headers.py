@@ -57,3 +57,7 @@ def test_bool_arrays_are_checked_every_time() -> None:
     bad = good[:-1] + b"\x02"
     with pytest.raises(ProtocolError, match="bool array holds bytes other than 0 and 1"):
         decode_array(bad)
+    big = array_ext_payload(np.ones(5000, bool))  # (checked another way above 4096 bytes)
+    assert decode_array(big).all()
+    with pytest.raises(ProtocolError, match="bool array holds bytes other than 0 and 1"):
+        decode_array(big[:-1] + b"\xff")
