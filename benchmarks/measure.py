@@ -87,6 +87,35 @@ def time_steps(
     return out
 
 
+#: Seconds of untimed steps before a timed run: long enough for an idle core to be
+#: running at its usual speed again (a few hundred steps are not, on a shared host).
+WARM_SECONDS = 0.3
+
+
+def warm_up(
+    step: Callable[[int], bool], reset: Callable[[], object], actions: tuple[int, ...]
+) -> None:
+    """:func:`time_steps` over `actions` again and again, for :data:`WARM_SECONDS` at least."""
+    end = time.perf_counter() + WARM_SECONDS
+    while True:
+        time_steps(step, reset, actions)
+        if time.perf_counter() >= end:
+            return
+
+
+async def warm_up_async(
+    step: Callable[[int], Awaitable[bool]],
+    reset: Callable[[], Awaitable[object]],
+    actions: tuple[int, ...],
+) -> None:
+    """:func:`warm_up` for coroutines."""
+    end = time.perf_counter() + WARM_SECONDS
+    while True:
+        await time_steps_async(step, reset, actions)
+        if time.perf_counter() >= end:
+            return
+
+
 async def time_steps_async(
     step: Callable[[int], Awaitable[bool]],
     reset: Callable[[], Awaitable[object]],

@@ -11,7 +11,15 @@ import numpy as np
 
 from openenv_ws.client import EnvClient
 
-from ..measure import Placement, latency_row, run_async, time_steps, time_steps_async
+from ..measure import (
+    Placement,
+    latency_row,
+    run_async,
+    time_steps,
+    time_steps_async,
+    warm_up,
+    warm_up_async,
+)
 from ..servers import PeerServer, PeerUnavailable, our_server
 from ..suite import Column, Context, Section, scenario
 
@@ -63,7 +71,7 @@ def _inprocess_cartpole(actions: tuple[int, ...], seed: int) -> Samples:
             _, _, terminated, truncated, _ = env.step(a)
             return bool(terminated or truncated)
 
-        time_steps(step, lambda: env.reset(seed=seed), actions[:200])
+        warm_up(step, lambda: env.reset(seed=seed), actions[:200])
         env.reset(seed=seed)
         return time_steps(step, lambda: env.reset(seed=seed), actions)
     finally:
@@ -79,7 +87,7 @@ def _inprocess_echo(actions: tuple[int, ...]) -> Samples:
     def step(i: int) -> bool:
         return bool(env.step(EchoAction(message=MESSAGES[i % len(MESSAGES)])).done)
 
-    time_steps(step, env.reset, actions[:200])
+    warm_up(step, env.reset, actions[:200])
     return time_steps(step, env.reset, actions)
 
 
@@ -88,7 +96,7 @@ def _ours(url: str, config: dict[str, Any], act: Callable[[int], Any], n: int) -
     with EnvClient(url, config=config) as env:
         env.reset(seed=0)
         actions = tuple(range(n))
-        time_steps(lambda i: env.step(act(i)).done, lambda: env.reset(seed=0), actions[:200])
+        warm_up(lambda i: env.step(act(i)).done, lambda: env.reset(seed=0), actions[:200])
         env.reset(seed=0)
         return time_steps(lambda i: env.step(act(i)).done, lambda: env.reset(seed=0), actions)
 
@@ -108,7 +116,7 @@ def _openenv_client(url: str, act: Callable[[int], Any], n: int) -> Samples:
 
             await reset()
             actions = tuple(range(n))
-            await time_steps_async(step, reset, actions[:50])
+            await warm_up_async(step, reset, actions[:50])
             await reset()
             return await time_steps_async(step, reset, actions)
 
