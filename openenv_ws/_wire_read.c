@@ -144,6 +144,29 @@ static PyObject *read_scalar(Reader *r) {
     }
 }
 
+/* Whether `b` starts an extension (fixext 1..16, ext 8/16/32). */
+static int is_ext(uint8_t b) { return (b >= 0xd4 && b <= 0xd8) || (b >= 0xc7 && b <= 0xc9); }
+
+/* The extension of type 1, 2 or 3 at r->p: 1 with *type, its payload at *data and
+ * *len bytes long, else 0 (another type, not an extension, cut short). */
+static int read_ext(Reader *r, long *type, const uint8_t **data, uint64_t *len) {
+    const uint8_t *at;
+    if (r->p >= r->end || !is_ext(*r->p)) {
+        return 0;
+    }
+    uint8_t b = *r->p++;
+    if (b >= 0xd4) {
+        *len = (uint64_t)1 << (b - 0xd4);
+    } else if (!read_uint(r, 1 << (b - 0xc7), len)) {
+        return 0;
+    }
+    if (!take(r, 1, &at) || at[0] < 1 || at[0] > 3) {
+        return 0;
+    }
+    *type = at[0];
+    return *len <= (uint64_t)(r->end - r->p) && take(r, (Py_ssize_t)*len, data);
+}
+
 /* Past one MessagePack value whose containers nest at most `depth` levels, whose map keys
  * are strings and whose extensions are of types 1..3: 1, or 0 for anything else (cut
  * short, 0xc1, deeper, another key or extension). Only its extent is read here: the
@@ -151,8 +174,12 @@ static PyObject *read_scalar(Reader *r) {
 static int skip_value(Reader *r, int depth) {
     const uint8_t *at;
     uint64_t n;
+    long type;
     if (r->p >= r->end) {
         return 0;
+    }
+    if (is_ext(*r->p)) {
+        return read_ext(r, &type, &at, &n);
     }
     uint8_t b = *r->p++;
     if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
@@ -175,14 +202,6 @@ static int skip_value(Reader *r, int depth) {
         int width = b <= 0xc6 ? 1 << (b - 0xc4) : 1 << (b - 0xd9);
         return read_uint(r, width, &n) && n <= (uint64_t)(r->end - r->p) &&
                take(r, (Py_ssize_t)n, &at);
-    } else if ((b >= 0xc7 && b <= 0xc9) || (b >= 0xd4 && b <= 0xd8)) { /* ext, fixext */
-        if (b <= 0xc9) {
-            if (!read_uint(r, 1 << (b - 0xc7), &n)) return 0;
-        } else {
-            n = (uint64_t)1 << (b - 0xd4);
-        }
-        return take(r, 1, &at) && at[0] >= 1 && at[0] <= 3 &&
-               n <= (uint64_t)(r->end - r->p) && take(r, (Py_ssize_t)n, &at);
     } else {
         return 0; /* 0xc1 */
     }
@@ -274,18 +293,8 @@ PyObject *wire_read_result(const uint8_t *payload, Py_ssize_t n, int status) {
     b = *r.p;
     if (b == 0xc0) {
         r.p++;
-    } else if ((b >= 0xd4 && b <= 0xd8) || (b >= 0xc7 && b <= 0xc9)) {
-        r.p++;
-        if (b >= 0xd4) {
-            ext_len = (uint64_t)1 << (b - 0xd4);
-        } else if (!read_uint(&r, 1 << (b - 0xc7), &ext_len)) {
-            return NULL;
-        }
-        if (!take(&r, 1, &at) || at[0] < 1 || at[0] > 3) {
-            return NULL;
-        }
-        ext_type = at[0];
-        if (ext_len > (uint64_t)(r.end - r.p) || !take(&r, (Py_ssize_t)ext_len, &at)) {
+    } else if (is_ext(b)) {
+        if (!read_ext(&r, &ext_type, &at, &ext_len)) {
             return NULL;
         }
     } else {

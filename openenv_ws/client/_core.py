@@ -331,10 +331,10 @@ class ClientCore:
         obs: Any
         if ext_type == STRUCTURED:  # its MessagePack bytes (SPEC section 22)
             obs = decode_field(payload, Result, "obs", rid, self._ext_hook)
-            return Result(rid, obs, reward, terminated, truncated, done, info)
-        obs = None if payload is None else self._ext_hook(ext_type, payload)
-        if obs is not None and ext_type != EXT_SHARED and self._indexed is not None:
-            obs = self._expand_codes(obs)  # (the region's hook expands codes itself)
+        else:
+            obs = None if payload is None else self._ext_hook(ext_type, payload)
+            if obs is not None and ext_type != EXT_SHARED and self._indexed is not None:
+                obs = self._expand_codes(obs)  # (the region's hook expands codes itself)
         return Result(rid, obs, reward, terminated, truncated, done, info)
 
     def _expand_codes(self, obs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

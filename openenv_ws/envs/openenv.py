@@ -363,10 +363,8 @@ def _wire_items(values: Mapping[Any, Any], keys: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _stored_fields(
-    cls: Any, exclude: frozenset[str]
-) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """(the fields to dump, all fields) of the Pydantic model class `cls` if its
+def _stored_fields(cls: Any, exclude: frozenset[str]) -> tuple[tuple[str, ...], int] | None:
+    """(the fields to dump, how many fields it has) of the Pydantic model class `cls` if its
     ``model_dump`` is its stored field values, in order (no serializer, computed
     field, excluded field or extra field changes what it dumps); None otherwise."""
     from annotated_types import BaseMetadata
@@ -386,7 +384,7 @@ def _stored_fields(
     for info in fields.values():
         if info.exclude or not all(isinstance(m, BaseMetadata) for m in info.metadata):
             return None
-    return tuple(k for k in fields if k not in exclude), tuple(fields)
+    return tuple(k for k in fields if k not in exclude), len(fields)
 
 
 def _dump(model: Any, exclude: frozenset[str] = frozenset()) -> Any:
@@ -395,7 +393,7 @@ def _dump(model: Any, exclude: frozenset[str] = frozenset()) -> Any:
     names = _stored_fields(model.__class__, exclude)
     if names is not None:
         stored = model.__dict__
-        if len(stored) == len(names[1]):
+        if len(stored) == names[1]:
             out = _wire_items(stored, names[0])
             if out is not _UNSET:
                 return out

@@ -112,6 +112,16 @@ def _unreadable(exc: Exception) -> ProtocolError:
     return ProtocolError(f"frame cannot be decoded: {why}")
 
 
+def _unpackb(data: bytes | bytearray | memoryview, hook: Callable[[int, bytes], Any]) -> Any:
+    """The MessagePack value in `data`; whatever the decoder refuses is a ProtocolError."""
+    try:
+        return msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=True)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad frame, never another error
+        raise _unreadable(exc) from None
+
+
 def _unpack(
     data: bytes | bytearray | memoryview,
     max_frame_size: int,
@@ -120,12 +130,7 @@ def _unpack(
     size = data.nbytes if type(data) is memoryview else len(data)
     if size > max_frame_size:
         raise PayloadTooBig(size, max_frame_size)
-    try:
-        obj = msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=True)
-    except ProtocolError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad frame, never another error
-        raise _unreadable(exc) from None
+    obj = _unpackb(data, hook)
     if type(obj) is not dict:
         raise ProtocolError(f"frame must be a MessagePack map, got {type(obj).__name__}")
     return obj
@@ -234,12 +239,7 @@ def decode_field(
     """The value of field `name` of the `cls` frame `rid` from its MessagePack bytes
     alone (the C readers of :mod:`.native` hand over a structured field's bytes),
     decoded and checked as in a whole frame, with the same errors."""
-    try:
-        value = msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=True)
-    except ProtocolError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - as in _unpack
-        raise _unreadable(exc) from None
+    value = _unpackb(data, hook)
     try:
         return _FIELD_CHECKS[cls, name](name, value)
     except ProtocolError as err:
