@@ -232,7 +232,7 @@ class VectorSession(Environment):
         """`action` as int64 rows, one per env of the batch, each in the action space."""
         kind = type(action)
         if kind is np.ndarray and action.ndim == 1 and action.dtype.kind in "iu":
-            values: Any = action
+            values: Any = action.tolist()  # Python ints: min, max and the checks below are cheaper
         elif kind is list and all(type(a) is int for a in action):
             values = action
         else:

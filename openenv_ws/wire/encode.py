@@ -97,6 +97,28 @@ def array_parts(
     return array_ext_parts(value)  # type: ignore[arg-type]
 
 
+def _map_parts(value: dict[Any, Any], pack: Callable[[Any], bytes], parts: list[Any]) -> None:
+    """Append the bytes of a map (an ``info``) to `parts`, its arrays spliced in as
+    :func:`array_parts` gives them rather than through the packer's ``default``
+    hook; the same bytes as ``pack(value)``."""
+    n = len(value)
+    if n < 16:
+        parts.append(_FIXMAPS[n])
+    else:
+        parts.append(_MAP16.pack(0xDE, n) if n < 0x10000 else _MAP32.pack(0xDF, n))
+    append = parts.append
+    for key, item in value.items():
+        append(pack(key))
+        if type(item) is np.ndarray:
+            parts.extend(array_ext_parts(item))
+        else:
+            append(pack(item))
+
+
+_FIXMAPS = tuple(bytes((0x80 | n,)) for n in range(16))
+_MAP16, _MAP32 = struct.Struct(">BH"), struct.Struct(">BI")
+
+
 class Layout(NamedTuple):
     """Precomputed bytes of one frame class: everything up to the id, then each key."""
 
@@ -160,6 +182,8 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
                 append(_FALSE)
             elif type(value) in _ARRAYS:
                 parts.extend(array_parts(value))
+            elif type(value) is dict and value:
+                _map_parts(value, pack, parts)
             else:
                 append(pack(value))
     except (ProtocolError, TypeError, ValueError, OverflowError) as exc:

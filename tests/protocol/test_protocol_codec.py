@@ -255,6 +255,30 @@ def test_nested_and_top_level_arrays_encode_alike() -> None:
     assert nested == head + bytes(body)
 
 
+@pytest.mark.parametrize(
+    "info",
+    [
+        {"lives": np.arange(8, dtype=np.int32), "flag": np.ones(8, np.bool_)},
+        {f"k{i}": np.full(i, i, np.uint16) for i in range(15)},  # fixmap, the longest
+        {f"k{i}": np.zeros((2, i), ">f4") for i in range(16)},  # map16, big-endian arrays
+        {f"k{i}": i for i in range(0x10000)},  # map32
+        {1: np.arange(6)[::2], "nested": {"a": np.arange(2.0)}, "s": "t", "e": np.zeros((0, 3))},
+    ],
+    ids=["arrays", "fixmap-15", "map16", "map32", "mixed"],
+)
+def test_a_map_field_encodes_as_the_packer_packs_it(info: dict[Any, Any]) -> None:
+    # Arrays in a map are spliced in without the packer's hook: the bytes must not change.
+    packed = msgpack.Packer(default=_as_ext, use_bin_type=True).pack(info)
+    empty = protocol.encode(protocol.Result(id=1, reward=0.0, info={}))
+    assert empty.endswith(b"\x80")  # info is the last field
+    assert protocol.encode(protocol.Result(id=1, reward=0.0, info=info)) == empty[:-1] + packed
+
+
+def _as_ext(obj: Any) -> Any:
+    assert isinstance(obj, np.ndarray)
+    return msgpack.ExtType(1, array_ext_payload(obj))
+
+
 def test_frame_fields_order() -> None:
     fields = protocol.frame_fields(protocol.Result(id=3, reward=1.0))
     assert list(fields) == ["op", "id", "obs", "reward", "terminated", "truncated", "done", "info"]
