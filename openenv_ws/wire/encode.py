@@ -182,8 +182,8 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
                 append(_FALSE)
             elif type(value) in _ARRAYS:
                 parts.extend(array_parts(value))
-            elif type(value) is dict and value:
-                _map_parts(value, pack, parts)
+            elif type(value) is dict and value and type(next(iter(value.values()))) is np.ndarray:
+                _map_parts(value, pack, parts)  # (a batch's info: a map of arrays)
             else:
                 append(pack(value))
     except (ProtocolError, TypeError, ValueError, OverflowError) as exc:
