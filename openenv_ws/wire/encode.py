@@ -99,14 +99,10 @@ def array_parts(
 
 def _map_parts(value: dict[Any, Any], pack: Callable[[Any], bytes], parts: list[Any]) -> None:
     """Append the bytes of a map (an ``info``) to `parts`, its arrays spliced in as
-    :func:`array_parts` gives them rather than through the packer's ``default``
+    :func:`array_ext_parts` gives them rather than through the packer's ``default``
     hook; the same bytes as ``pack(value)``."""
-    n = len(value)
-    if n < 16:
-        parts.append(_FIXMAPS[n])
-    else:
-        parts.append(_MAP16.pack(0xDE, n) if n < 0x10000 else _MAP32.pack(0xDF, n))
     append = parts.append
+    append(_map_header(len(value)))
     for key, item in value.items():
         append(pack(key))
         if type(item) is np.ndarray:
@@ -115,8 +111,8 @@ def _map_parts(value: dict[Any, Any], pack: Callable[[Any], bytes], parts: list[
             append(pack(item))
 
 
-_FIXMAPS = tuple(bytes((0x80 | n,)) for n in range(16))
-_MAP16, _MAP32 = struct.Struct(">BH"), struct.Struct(">BI")
+# Packs a header only, no Python code runs in it: one packer serves every thread.
+_map_header = msgpack.Packer().pack_map_header
 
 
 class Layout(NamedTuple):
