@@ -22,6 +22,7 @@ from ..measure import (
 )
 from ..servers import PeerServer, PeerUnavailable, our_server
 from ..suite import Column, Context, Section, scenario
+from .floor import bare
 
 __all__ = ["run"]
 
@@ -140,7 +141,7 @@ def run(ctx: Context) -> Section:
     steps = ctx.options.steps
     peer_steps = ctx.options.peer_steps
     placements = ctx.placements()
-    ctx.progress.start(title, 9 * len(placements))
+    ctx.progress.start(title, 11 * len(placements))
     cart = _cartpole_actions(steps, ctx.options.seed)
     for placement in placements:
         _cartpole(ctx, section, placement, cart, peer_steps)
@@ -157,7 +158,29 @@ def run(ctx: Context) -> Section:
         f"{APP} (calls on the session's worker thread, and with --openenv-inline on the "
         "event loop) with the sync EnvClient; openenv-core's own server and client as above."
     )
+    section.notes.append(
+        f"floor: a bare TCP request/reply between two processes in the same placement ({FLOOR}, "
+        "benchmarks/scenarios/floor.py), measured next to each environment, plus its "
+        "in-process step: the p50 no remote server could beat, and the speed-up over "
+        "openenv-core that it would give."
+    )
     return section
+
+
+#: The targets: p50 added over in-process (µs, at most) and speed-up over openenv-core.
+ADDED_TARGET, SPEEDUP_TARGET = 30.0, 20.0
+
+
+def _verdict(env: str, placement: str, best: dict[str, Any], floor: dict[str, Any]) -> str:
+    """One line: our best sync row against both targets, and what the floor allows."""
+    speedup, bound = best.get("openenv_x"), floor.get("openenv_x")
+    return (
+        f"{env}, {placement}: {best['path']} adds {best['added_us']:.1f} µs "
+        f"(target {ADDED_TARGET:g} µs or less), "
+        + ("n/a" if speedup is None else f"{speedup:.1f}x")
+        + f" openenv-core (target {SPEEDUP_TARGET:g}x); a bare TCP round trip alone adds "
+        f"{floor['added_us']:.1f} µs and would be " + ("n/a" if bound is None else f"{bound:.1f}x")
+    )
 
 
 def _rows(
@@ -167,6 +190,7 @@ def _rows(
     peer: dict[str, float] | None,
     rows: list[tuple[str, dict[str, float] | None, int, str]],
 ) -> None:
+    added = []
     for path, stats, n, note in rows:
         row: dict[str, Any] = {**base, "path": path + (f" ({note})" if note else ""), "steps": n}
         if stats is not None:
@@ -174,7 +198,25 @@ def _rows(
             row["added_us"] = stats["p50_us"] - reference["p50_us"]
             if peer is not None:
                 row["openenv_x"] = peer["p50_us"] / stats["p50_us"]
-        section.add(**row)
+        added.append(section.add(**row))
+    ours = [r for r in added if r["path"].startswith("openenv-ws sync") and "added_us" in r]
+    if ours:
+        best = min(ours, key=lambda r: r["added_us"])
+        floor = added[-1]
+        section.notes.append(_verdict(base["env"], base["placement"], best, floor))
+
+
+FLOOR = "30 bytes out, 60 back, no framing, no decoding"
+
+
+def _floor(
+    ctx: Context, placement: Placement, reference: dict[str, float], steps: int
+) -> tuple[str, dict[str, float], int, str]:
+    """The row of a bare TCP round trip plus the in-process step (no polling)."""
+    ctx.progress.phase(f"bare TCP floor ({placement.name})")
+    p50, mean = bare(placement, False, steps)
+    floor = {"p50_us": p50 + reference["p50_us"], "mean_us": mean + reference["mean_us"]}
+    return "floor: bare TCP round trip + in-process step", floor, steps, ""
 
 
 def _peer(placement: Placement, env: str, act: Callable[[int], Any], n: int) -> tuple[Any, str]:
@@ -200,6 +242,7 @@ def _cartpole(
             )
         ctx.progress.phase(f"CartPole openenv-core ({placement.name})")
         peer, why = _peer(placement, "cartpole", lambda i: {"action": actions[i]}, n)
+        floor = _floor(ctx, placement, reference, len(actions))
     _rows(
         section,
         base,
@@ -209,6 +252,7 @@ def _cartpole(
             ("in-process", reference, len(actions), ""),
             ("openenv-ws sync", ours, len(actions), ""),
             ("openenv-core WS", peer, n if peer else 0, why),
+            floor,
         ],
     )
 
@@ -231,6 +275,7 @@ def _echo(ctx: Context, section: Section, placement: Placement, steps: int, n: i
             dialect = latency_row(_openenv_client(server.http_url, _text, n))
         ctx.progress.phase(f"text openenv-core ({placement.name})")
         peer, why = _peer(placement, "echo", _text, n)
+        floor = _floor(ctx, placement, reference, steps)
     _rows(
         section,
         base,
@@ -242,5 +287,6 @@ def _echo(ctx: Context, section: Section, placement: Placement, steps: int, n: i
             ("openenv-ws sync, --openenv-inline", inline, steps, ""),
             ("OpenEnv WS client → openenv-ws inline", dialect, n, ""),
             ("openenv-core WS", peer, n if peer else 0, why),
+            floor,
         ],
     )

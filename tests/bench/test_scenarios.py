@@ -354,18 +354,30 @@ def test_rollout(tmp_path: Path) -> None:
 
 def test_structured(tmp_path: Path) -> None:
     small = ("--placement", "shared", "--steps", "30", "--peer-steps", "20")
-    rows = bench(tmp_path, "structured", *small)["rows"]
+    section = bench(tmp_path, "structured", *small)
+    rows = section["rows"]
+    floor = "floor: bare TCP round trip + in-process step"
     assert [(r["env"], r["path"]) for r in rows] == [
         ("CartPole-v1", "in-process"),
         ("CartPole-v1", "openenv-ws sync"),
         ("CartPole-v1", "openenv-core WS"),
+        ("CartPole-v1", floor),
         ("OpenEnv text (echo)", "in-process"),
         ("OpenEnv text (echo)", "openenv-ws sync"),
         ("OpenEnv text (echo)", "openenv-ws sync, --openenv-inline"),
         ("OpenEnv text (echo)", "OpenEnv WS client → openenv-ws inline"),
         ("OpenEnv text (echo)", "openenv-core WS"),
+        ("OpenEnv text (echo)", floor),
     ]
     for row in rows:
-        positive(row, "steps", "p50_us", "p99_us")
+        positive(row, "steps", "p50_us")
+        if row["path"] != floor:
+            positive(row, "p99_us")
         if row["path"] != "in-process":
             positive(row, "added_us", "openenv_x")
+    # The floor is the in-process step plus a bare round trip, so above the in-process p50.
+    for env in ("CartPole-v1", "OpenEnv text (echo)"):
+        by_path = {r["path"]: r for r in rows if r["env"] == env}
+        assert by_path[floor]["p50_us"] > by_path["in-process"]["p50_us"]
+    verdicts = [n for n in section["notes"] if "(target 20x)" in n]
+    assert [v.split(",")[0] for v in verdicts] == ["CartPole-v1", "OpenEnv text (echo)"]
