@@ -28,6 +28,10 @@ __all__ = ["run"]
 
 PEER_MODULE = "benchmarks.peers.openenv_envs"
 APP = "benchmarks.peers.openenv_envs:EchoEnvironment"
+#: The targets: p50 added over in-process (µs, at most) and speed-up over openenv-core.
+ADDED_TARGET, SPEEDUP_TARGET = 30.0, 20.0
+#: The floor's exchange (benchmarks/scenarios/floor.py).
+FLOOR = "30 bytes out, 60 back, no framing, no decoding"
 #: Messages of the text environment's episode, cycled.
 MESSAGES = ("hello", "a longer message of some forty characters", "", "ok", "ünïcode ✓")
 
@@ -167,10 +171,6 @@ def run(ctx: Context) -> Section:
     return section
 
 
-#: The targets: p50 added over in-process (µs, at most) and speed-up over openenv-core.
-ADDED_TARGET, SPEEDUP_TARGET = 30.0, 20.0
-
-
 def _verdict(env: str, placement: str, best: dict[str, Any], floor: dict[str, Any]) -> str:
     """One line: our best sync row against both targets, and what the floor allows."""
     speedup, bound = best.get("openenv_x"), floor.get("openenv_x")
@@ -189,24 +189,22 @@ def _rows(
     reference: dict[str, float],
     peer: dict[str, float] | None,
     rows: list[tuple[str, dict[str, float] | None, int, str]],
+    floor: tuple[str, dict[str, float], int, str],
 ) -> None:
-    added = []
-    for path, stats, n, note in rows:
+    """The rows of one environment, its floor last, and the line of its verdict."""
+    made = []
+    for path, stats, n, note in [*rows, floor]:
         row: dict[str, Any] = {**base, "path": path + (f" ({note})" if note else ""), "steps": n}
         if stats is not None:
             row.update(stats)
             row["added_us"] = stats["p50_us"] - reference["p50_us"]
             if peer is not None:
                 row["openenv_x"] = peer["p50_us"] / stats["p50_us"]
-        added.append(section.add(**row))
-    ours = [r for r in added if r["path"].startswith("openenv-ws sync") and "added_us" in r]
+        made.append(section.add(**row))
+    ours = [r for r in made if r["path"].startswith("openenv-ws sync") and "added_us" in r]
     if ours:
         best = min(ours, key=lambda r: r["added_us"])
-        floor = added[-1]
-        section.notes.append(_verdict(base["env"], base["placement"], best, floor))
-
-
-FLOOR = "30 bytes out, 60 back, no framing, no decoding"
+        section.notes.append(_verdict(base["env"], base["placement"], best, made[-1]))
 
 
 def _floor(
@@ -252,8 +250,8 @@ def _cartpole(
             ("in-process", reference, len(actions), ""),
             ("openenv-ws sync", ours, len(actions), ""),
             ("openenv-core WS", peer, n if peer else 0, why),
-            floor,
         ],
+        floor,
     )
 
 
@@ -287,6 +285,6 @@ def _echo(ctx: Context, section: Section, placement: Placement, steps: int, n: i
             ("openenv-ws sync, --openenv-inline", inline, steps, ""),
             ("OpenEnv WS client → openenv-ws inline", dialect, n, ""),
             ("openenv-core WS", peer, n if peer else 0, why),
-            floor,
         ],
+        floor,
     )
