@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import openenv_ws.client
-from benchmarks.scenarios.rollout import SETTINGS
+from benchmarks.scenarios.rollout import FLOOR, SETTINGS
 from benchmarks.suite import SCENARIOS
 
 
@@ -331,6 +331,8 @@ def test_rollout(tmp_path: Path) -> None:
             "openenv-ws VectorEnvClient.step, serve --workers 2": single,
             "openenv-ws VectorSessionClient.step": vector_session,
             "openenv-ws VectorSessionClient send/recv": vector_session,
+            f"{FLOOR}, step": True,
+            f"{FLOOR}, send/recv": True,
         }
         assert set(rows) == set(expected)
         for path, available in expected.items():
@@ -342,7 +344,7 @@ def test_rollout(tmp_path: Path) -> None:
                     positive(row, "vs_envpool")
                 # Every contender makes the setting's observations (as each lays them out).
                 native = {"in-process AtariVectorEnv": "1x210x160x3", "EnvPool": "3x210x160"}
-                rgb = native.get(path, "210x160x3")
+                rgb = "1x210x160x3" if FLOOR in path else native.get(path, "210x160x3")
                 assert row["obs"] == (rgb if setting is SETTINGS[0] else "4x84x84"), row
             else:
                 assert row["note"], row
@@ -350,6 +352,11 @@ def test_rollout(tmp_path: Path) -> None:
             assert rows["openenv-ws VectorSessionClient.step"]["note"] == (
                 "unavailable: not built (openenv_ws.client.VectorSessionClient)"
             )
+    # A line per setting and N: the vector session's best row, then the floor's.
+    verdicts = [n for n in section["notes"] if "vector session at its best" in n]
+    assert len(verdicts) == len(SETTINGS), verdicts
+    for line in verdicts:
+        assert "(target 0.9x)" in line and f"the floor at its best ({FLOOR}, " in line, line
 
 
 def test_structured(tmp_path: Path) -> None:
