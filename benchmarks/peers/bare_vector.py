@@ -14,9 +14,9 @@ engines taken in turn, as a vector session does: a request starts a step of
 the engine whose batch was answered last and the reply is the engine that has
 waited longest, so one engine steps while the client works on another's batch.
 
-Run as ``python -m benchmarks.peers.bare_vector PORT PATH N B SEED THREADS
-OPTIONS_JSON`` by :func:`bare_server`; the parent listens, this process
-connects.
+:func:`bare_server` starts :func:`serve` in a new interpreter (arguments: port,
+mapping path, N, batch size, seed, threads, options as JSON); the parent
+listens, the server connects.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bare_server", "obs_shape"]
+__all__ = ["bare_server", "obs_shape", "serve"]
 
 #: Seconds the parent waits for the server to connect and load its ROMs.
 START_TIMEOUT = 300.0
@@ -83,7 +83,8 @@ def bare_server(
         backing.truncate(slot_bytes * slots)
         region = mmap.mmap(backing.fileno(), slot_bytes * slots)
         argv = [
-            sys.executable, "-m", __name__, str(listener.getsockname()[1]), backing.name,
+            sys.executable, "-c", f"import sys; from {__name__} import serve; serve(sys.argv[1:])",
+            str(listener.getsockname()[1]), backing.name,
             str(num_envs), str(batch_size), str(seed), str(threads),
             json.dumps({"game": game, **options}),
         ]  # fmt: skip
@@ -120,7 +121,8 @@ def bare_server(
             region.close()
 
 
-def _serve(argv: list[str]) -> None:
+def serve(argv: list[str]) -> None:
+    """The bare server, with the arguments :func:`bare_server` gives it."""
     from ale_py.vector_env import AtariVectorEnv
 
     port, path = int(argv[0]), argv[1]
@@ -170,7 +172,3 @@ def _serve(argv: list[str]) -> None:
             engines[unit].ale.recv()
     for engine in engines:
         engine.close()
-
-
-if __name__ == "__main__":
-    _serve(sys.argv[1:])
