@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -62,6 +63,21 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
     return True
 
 
+def _accept(listener: socket.socket, proc: subprocess.Popen[bytes]) -> socket.socket:
+    """The server's connection, or RuntimeError as soon as it has exited without one."""
+    listener.settimeout(0.25)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            return listener.accept()[0]
+        except TimeoutError:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"the bare server exited with {proc.returncode} before connecting"
+                ) from None
+    raise RuntimeError(f"the bare server did not connect within {START_TIMEOUT:g} s")
+
+
 @contextlib.contextmanager
 def bare_server(
     game: str, num_envs: int, batch_size: int, seed: int, threads: int, options: Mapping[str, Any]
@@ -91,8 +107,7 @@ def bare_server(
         proc = subprocess.Popen(argv)
         sock: socket.socket | None = None
         try:
-            listener.settimeout(START_TIMEOUT)
-            sock, _ = listener.accept()
+            sock = _accept(listener, proc)
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             reply = bytearray(_reply_size(batch_size))

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 import openenv_ws.client
-from benchmarks.scenarios.rollout import FLOOR, SETTINGS
+from benchmarks.peers.bare_vector import bare_server
+from benchmarks.scenarios.rollout import FLOOR, SETTINGS, ale_options
 from benchmarks.suite import SCENARIOS
 
 
@@ -357,6 +358,16 @@ def test_rollout(tmp_path: Path) -> None:
     assert len(verdicts) == len(SETTINGS), verdicts
     for line in verdicts:
         assert "(target 0.9x)" in line and f"the floor at its best ({FLOOR}, " in line, line
+
+
+def test_rollout_floor_server_that_cannot_start_is_named() -> None:
+    # The floor's server exits at once on a game ale-py lacks: a clear error, not a wait.
+    options = ale_options(SETTINGS[0].config)
+    with (
+        pytest.raises(RuntimeError, match="bare server exited with 1 before connecting"),
+        bare_server("no_such_game", 2, 2, 0, 1, options),
+    ):
+        pass
 
 
 def test_structured(tmp_path: Path) -> None:
