@@ -12,7 +12,10 @@ after a warm-up; env steps/s = batches x batch size / seconds. Contenders:
 - ours: N single sessions on one ``VectorEnvClient`` (``serve --workers 1``
   and ``2``), and one vector session of N envs (``VectorSessionClient``, the
   engine with one thread per usable core): synchronous ``step`` and
-  EnvPool-style ``send``/``recv`` with batches of N/2.
+  EnvPool-style ``send``/``recv`` with batches of N/2;
+- the floor: the in-process row's engine behind a bare server
+  (:mod:`benchmarks.peers.bare_vector`), ``step`` and ``send``/``recv``: the
+  most any server on that engine could show in the same run.
 
 Nothing is pinned: every contender may use every core, as a rollout would.
 """
