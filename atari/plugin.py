@@ -10,6 +10,7 @@ from openenv_ws.registry import EnvPlugin
 
 from .config import DEFAULT_CONFIG, OBS_TYPES, games, normalize_config
 from .environment import AtariEnvironment
+from .footprint import atari_footprint
 from .snapshots import SNAPSHOT_KEY_ENV
 
 __all__ = ["atari_factory", "atari_vector", "web_choices"]
@@ -44,4 +45,5 @@ atari_factory: EnvPlugin[AtariEnvironment] = EnvPlugin(
     shared_secrets=(SNAPSHOT_KEY_ENV,),
     choices=web_choices,
     vector=atari_vector,
+    footprint=atari_footprint,
 )

@@ -81,6 +81,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ("--max-connections", args.max_connections),
         ("--max-connections-per-peer", args.max_connections_per_peer),
         ("--max-envs", args.max_envs),
+        ("--max-engine-threads", args.max_engine_threads or 1),
+        ("--max-stuck-calls", args.max_stuck_calls or 1),
     ):
         if count < 1:
             raise SystemExit(f"{flag} must be at least 1, got {count}")
@@ -103,6 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cold_open_share=args.cold_open_share,
         cold_open_queue=args.cold_open_queue,
         compression=args.compression,
+        **_budgets(args),
     )
     token = args.token or os.environ.get(TOKEN_ENV) or None
     env_options.apply(args)
@@ -228,6 +231,36 @@ def _env_config(plugin: EnvPlugin[Environment], text: str, flag: str) -> dict[st
     return config
 
 
+def _byte_size(text: str) -> int:
+    """``--memory-budget``: bytes, with an optional K, M, G or T suffix (powers of 1024)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    body = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = units.get(body[-1:], 1)
+    try:
+        value = float(body[:-1] if body[-1:] in units else body) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes such as 8G or 512M, got {text!r}"
+        ) from None
+    if not 0 < value < 1 << 60:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return int(value)
+
+
+def _budgets(args: argparse.Namespace) -> dict[str, int]:
+    """The budget flags given, for ``ServerLimits`` (its defaults stand for the others);
+    the memory budget is the server's, split between its workers."""
+    from .footprint import default_memory_budget
+
+    total = args.memory_budget or default_memory_budget()
+    budgets = {"memory_budget": total // max(1, args.workers)}
+    if args.max_engine_threads is not None:
+        budgets["max_engine_threads"] = args.max_engine_threads
+    if args.max_stuck_calls is not None:
+        budgets["max_stuck_calls"] = args.max_stuck_calls
+    return budgets
+
+
 def _warm_pool(
     args: argparse.Namespace, plugin: EnvPlugin[Environment], warm: list[dict[str, Any]]
 ) -> Any:
@@ -314,6 +347,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--max-frame-size", type=int, default=1 << 20, help="largest request frame in bytes"
+    )
+    serve.add_argument(
+        "--memory-budget",
+        type=_byte_size,
+        default=None,
+        metavar="BYTES",
+        help="memory the sessions of the server may take together (e.g. 8G, 512M), each "
+        "charged what its config needs before it is built; over it, 'capacity' "
+        "(default: half of physical memory, split between the workers)",
+    )
+    serve.add_argument(
+        "--max-engine-threads",
+        type=int,
+        default=None,
+        help="threads the sessions' engines (vector sessions) may start together, per "
+        "process; over it, 'capacity' (default: 16 per core)",
+    )
+    serve.add_argument(
+        "--max-stuck-calls",
+        type=int,
+        default=None,
+        help="environment calls past --step-timeout that may still run (threads cannot be "
+        "stopped); while this many run, opens get 'capacity' (default: one per core)",
     )
     serve.add_argument(
         "--openenv-config",

@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from .environment import EnvFactory, Environment, VectorFactory
 from .errors import EnvConfigError
+from .footprint import FootprintFunction
 
 __all__ = [
     "COMMAND_GROUP",
@@ -83,6 +84,11 @@ class EnvPlugin(Generic[E]):
             (a few at once, not paced), so other sessions keep stepping while a slow
             constructor runs; False for builds that hold the GIL throughout
             (an ale-py ROM load), where a thread gains nothing.
+        footprint: what a session of a config takes (memory, engine threads),
+            computed without building it (:mod:`openenv_ws.footprint`); the
+            server admits sessions against its budgets with it. None: each
+            session (each env of a vector session) is charged
+            :data:`~openenv_ws.footprint.DEFAULT_FOOTPRINT`.
     """
 
     factory: Callable[[dict[str, Any]], E]
@@ -92,6 +98,7 @@ class EnvPlugin(Generic[E]):
     choices: Callable[[], Mapping[str, Any]] | None = None
     vector: VectorFactory | None = None
     build_off_loop: bool = False
+    footprint: FootprintFunction | None = None
 
     def __call__(self, config: dict[str, Any]) -> E:
         return self.factory(config)

@@ -19,6 +19,7 @@ import numpy as np
 from .._shm import MIN_SHARED_BYTES, ServerRegion, Slot
 from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
 from ..errors import EnvConfigError, InvalidState, OpenEnvError, ProtocolError
+from ..footprint import DEFAULT_FOOTPRINT, Footprint, session_footprint
 from ..palette import indexed_shape
 from ..protocol import (
     ERRORS,
@@ -90,6 +91,8 @@ class ServerSession:
         admit: called on ``open`` with this session; returns an error code
             (e.g. ``capacity``) and message to refuse it, or None to admit it.
         release: called once with this session when an admitted session ends.
+        abandoned: called when a call of the session misses its deadline and
+            keeps running (see :meth:`abandon`); `release` follows once it returns.
         compression: codecs the server may compress observations with, preferred
             first (SPEC section 19); empty: never.
         allow_delta: delta frames may be chosen (False where replies can be lost
@@ -115,6 +118,7 @@ class ServerSession:
     """
 
     __slots__ = (
+        "_abandoned",
         "_admit",
         "_admitted",
         "_broken",
@@ -133,6 +137,7 @@ class ServerSession:
         "busy",
         "compression",
         "env",
+        "footprint",
         "inline",
         "machine",
         "packer",
@@ -153,6 +158,7 @@ class ServerSession:
         max_frame_size: int,
         admit: Callable[[ServerSession], tuple[str, str] | None] | None = None,
         release: Callable[[ServerSession], None] | None = None,
+        abandoned: Callable[[ServerSession], None] | None = None,
         compression: Sequence[str] = (),
         allow_delta: bool = True,
         byte_counts: dict[str, list[int]] | None = None,
@@ -167,6 +173,7 @@ class ServerSession:
         self._max_frame_size = max_frame_size
         self._admit = admit
         self._release = release
+        self._abandoned = abandoned
         self._admitted = False
         self.env: Environment | None = None
         self.machine = SessionMachine()
@@ -205,6 +212,8 @@ class ServerSession:
         self.vector: VectorSession | None = None
         #: Sessions' worth of capacity it takes: its envs (1 for a single session).
         self.weight = 1
+        #: Memory and engine threads it is charged (SPEC section 9), set on ``open``.
+        self.footprint: Footprint = DEFAULT_FOOTPRINT
 
     # ------------------------------------------------------------------ entry points
 
@@ -298,11 +307,14 @@ class ServerSession:
     def abandon(self) -> None:
         """The call in progress missed its deadline: the environment is never used again.
 
-        It is closed (not reused) once the call returns; until then the
-        session keeps its slot, so stuck calls are bounded by the session limit.
+        It is closed (not reused) once the call returns; until then the session
+        is *stuck*: out of the session count, its footprint still charged
+        (``SessionRegistry.abandoned``; ``max_stuck_calls`` bounds them).
         """
         self._broken = True
         self._closing = True
+        if self._abandoned is not None:
+            self._abandoned(self)
 
     def use_shared(self, region: ServerRegion | None) -> None:
         """Send observations through `region` from now on (None: inline)."""
@@ -447,13 +459,20 @@ class ServerSession:
 
     def open_refusal(self, frame: Open) -> tuple[str, str] | None:
         """Why :meth:`serve_open` would refuse `frame` before building an environment
-        (code, message), or None. Changes nothing."""
+        (code, message), or None. Sets :attr:`weight` and :attr:`footprint`."""
         if frame.version not in SUPPORTED_VERSIONS:
             supported = ", ".join(map(str, SUPPORTED_VERSIONS))
             return (
                 "unsupported_version",
                 f"protocol version {frame.version} is not supported; this server speaks {supported}",
             )
+        try:
+            num_envs = frame.num_envs
+            self.weight = 1 if num_envs is None else check_num_envs(num_envs, self._max_envs)
+            batch = frame.batch_size if frame.batch_size is not None else num_envs
+            self.footprint = session_footprint(self._factory, frame.config, num_envs, batch)
+        except EnvConfigError as exc:
+            return exc.code, str(exc)
         return None
 
     def prebuilt(self, outcome: Environment | BaseException) -> None:
@@ -477,8 +496,6 @@ class ServerSession:
         refused = ServerSession.open_refusal(self, frame)
         if refused is not None:
             return self.error(frame.id, *refused)
-        if frame.num_envs is not None:
-            self.weight = check_num_envs(frame.num_envs, self._max_envs)
         if self._admit is not None:
             refusal = self._admit(self)
             if refusal is not None:

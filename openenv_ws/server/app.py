@@ -25,7 +25,7 @@ from ._asgi import Receive, Scope, Send
 from .auth import HostCheck, OriginCheck, TokenAuth, scope_header
 from .http import HTTPSessionStore, http_routes
 from .openenv_compat import OpenEnvCompat
-from .pool import WarmPool
+from .pool import POOL_SHARE, WarmPool
 from .registry import ServerLimits, SessionRegistry
 from .supervisor import Supervisor
 from .workers import WorkerBoard
@@ -156,6 +156,9 @@ def create_app(
         routes and, with `web`, the page's routes (see :mod:`openenv_ws.web`).
     """
     registry = SessionRegistry(limits or ServerLimits())
+    if pool is not None and pool.max_bytes is None:
+        # Idle environments held for later sessions: at most an eighth of the budget.
+        pool.max_bytes = registry.limits.memory_budget // POOL_SHARE
     # A pool as the factory: sessions also give their environments back to it.
     session_factory: EnvFactory = pool if pool is not None else env_factory
     supervisor = Supervisor(session_factory, registry, token=token)

@@ -189,6 +189,7 @@ class HTTPSessionStore:
             max_frame_size=self.max_frame_size,
             admit=self.registry.admit,
             release=self.registry.release,
+            abandoned=self.registry.abandoned,
             # A lost reply goes unnoticed here (the client retries): no delta frames.
             compression=self.registry.limits.compression,
             allow_delta=False,

@@ -14,10 +14,13 @@ back are what keep the pool full while sessions come and go (one per
 episode): the background builds, each of which pauses the event loop, are
 then only needed when more sessions run at once than ever before.
 
-Which configurations are kept warm: those given as ``warm`` up front, plus
-every configuration a session opens (the first session of a new
-configuration builds its own; the next ones find one ready), at most
-``max_keys`` of them, least recently used dropped first.
+Which configurations are kept warm: those the operator gives as ``warm`` up
+front, plus every configuration whose environment a session built and then
+gave back cleanly (it built, ran and recycled: a config that fails, hangs or
+raises is never kept, and a client cannot make the pool build one it
+chose), at most ``max_keys`` of them, least recently used dropped first. What
+the pool holds is bounded in bytes too (``max_bytes``, each environment
+charged its footprint, see :mod:`openenv_ws.footprint`).
 
 With ale-py the ROM load holds the GIL, so a background build still pauses
 the worker's event loop for its duration (~0.1 s). The pool therefore builds
@@ -36,11 +39,16 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
+from .._logsafe import escape_controls
 from ..environment import EnvFactory, Environment, VectorFactory
+from ..footprint import session_footprint
 
-__all__ = ["KeyFunction", "WarmPool", "json_key", "normalized_key"]
+__all__ = ["POOL_SHARE", "KeyFunction", "WarmPool", "json_key", "normalized_key"]
 
 logger = logging.getLogger("openenv_ws.server.pool")
+
+#: A server's pool holds at most 1/POOL_SHARE of its memory budget (``create_app``).
+POOL_SHARE = 8
 
 #: Maps an ``open`` config to the key of interchangeable environments (raise for a bad config).
 KeyFunction = Callable[[Mapping[str, Any]], Hashable]
@@ -87,6 +95,8 @@ class WarmPool:
             take: after a build of ``d`` seconds the next waits
             ``d * (1 / build_share - 1)`` (1: back to back). A build that holds
             the GIL pauses every session of the process for its duration.
+        max_bytes: most memory the ready environments take together, each
+            charged the footprint of its config (None: no bound).
 
     Use the pool (or :meth:`factory`) where an :data:`~openenv_ws.environment.EnvFactory`
     is expected; sessions made with the pool itself give their environments
@@ -105,6 +115,7 @@ class WarmPool:
         refill_delay: float = 1.0,
         recycle: bool = True,
         build_share: float = 1.0,
+        max_bytes: int | None = None,
     ) -> None:
         if size < 0 or max_keys < 1:
             raise ValueError(f"size must be >= 0 and max_keys >= 1, got {size} and {max_keys}")
@@ -116,6 +127,8 @@ class WarmPool:
         self.vector: VectorFactory | None = getattr(factory, "vector", None)
         #: The factory's builds may run off the event loop (see ``EnvPlugin``).
         self.build_off_loop = bool(getattr(factory, "build_off_loop", False))
+        #: What a session of a config takes (see ``EnvPlugin.footprint``).
+        self.footprint = getattr(factory, "footprint", None)
         self.size = size
         self.max_keys = max_keys
         self.refill_delay = refill_delay
@@ -128,6 +141,10 @@ class WarmPool:
         self._keys = collections.OrderedDict()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.max_bytes = max_bytes
+        self._cost: dict[Hashable, int] = {}  # bytes of one environment of a key
+        #: Bytes the ready environments take.
+        self.held = 0
         self.hits = 0
         self.misses = 0
         self.built = 0
@@ -144,8 +161,13 @@ class WarmPool:
         if key is not None:
             with self._lock:
                 self._last_take = time.monotonic()
-                entry = self._want(config, key)
-                env = entry[1].pop(0) if entry[1] else None
+                entry = self._keys.get(key)
+                env = None
+                if entry is not None:
+                    self._keys.move_to_end(key)
+                    if entry[1]:
+                        env = entry[1].pop(0)
+                        self.held -= self._cost.get(key, 0)
                 if env is not None:
                     self.hits += 1
                 else:
@@ -165,11 +187,13 @@ class WarmPool:
         (:meth:`Environment.recycle`); otherwise it is closed. Never raises.
         """
         key = self._pooled_key(config) if self.recycle else None
-        if key is not None and self._has_room(key) and _recycled(env):
+        if key is not None and self._has_room(key, config) and _recycled(env):
             with self._lock:
-                if self._has_room(key) and not self._closed:
-                    self._keys[key][1].append(env)
+                if not self._closed and self._has_room(key, config):
+                    self._want(dict(config), key)[1].append(env)
+                    self.held += self._cost[key]
                     self.recycled += 1
+                    self._lock.notify()  # a key kept for the first time is refilled too
                     return
         _close_all([env])
 
@@ -183,10 +207,28 @@ class WarmPool:
         except Exception:  # noqa: BLE001 - not poolable
             return None
 
-    def _has_room(self, key: Hashable) -> bool:
+    def _has_room(self, key: Hashable, config: Mapping[str, Any] | None = None) -> bool:
+        """Whether one more environment of `key` may be kept: below ``size`` for its key
+        and within ``max_bytes``. A key not kept yet has room when `config` is given
+        (a session giving one back) and its footprint fits."""
         with self._lock:  # re-entrant: a Condition over an RLock
             entry = self._keys.get(key)
-            return entry is not None and len(entry[1]) < self.size
+            if entry is None and config is None:
+                return False
+            if entry is not None and len(entry[1]) >= self.size:
+                return False
+            return self.max_bytes is None or self.held + self._bytes(key, config) <= self.max_bytes
+
+    def _bytes(self, key: Hashable, config: Mapping[str, Any] | None) -> int:
+        """Bytes one environment of `key` is charged (its config's footprint)."""
+        cost = self._cost.get(key)
+        if cost is None:
+            try:
+                cost = session_footprint(self._build, config or {}, None, None).bytes
+            except Exception:  # noqa: BLE001 - a config the plugin refuses is never kept
+                cost = self.max_bytes + 1 if self.max_bytes is not None else 0
+            self._cost[key] = cost
+        return cost
 
     def _want(
         self, config: dict[str, Any], key: Hashable | None = None
@@ -194,11 +236,13 @@ class WarmPool:
         """Mark `config` as one to keep warm (most recently used); caller holds the lock or is init."""
         if key is None:
             key = self._key(config)
+        self._bytes(key, config)
         entry = self._keys.get(key)
         if entry is None:
             entry = self._keys[key] = (dict(config), [])
             while len(self._keys) > self.max_keys:
-                _, (_, dropped) = self._keys.popitem(last=False)
+                old, (_, dropped) = self._keys.popitem(last=False)
+                self.held -= self._cost.pop(old, 0) * len(dropped)
                 _close_all(dropped)
         else:
             self._keys.move_to_end(key)
@@ -223,8 +267,8 @@ class WarmPool:
     def _next_to_build(self) -> tuple[Hashable, dict[str, Any]] | None:
         # The most recently used configuration first.
         for key in reversed(self._keys):
-            config, ready = self._keys[key]
-            if len(ready) < self.size:
+            config = self._keys[key][0]
+            if self._has_room(key):
                 return key, config
         return None
 
@@ -246,17 +290,25 @@ class WarmPool:
             try:
                 env = self._build(dict(config))
             except Exception as exc:  # noqa: BLE001 - a config that fails is dropped, not retried
-                logger.warning("warm pool: building %s failed (%s); not keeping it warm", key, exc)
+                logger.warning(
+                    "warm pool: building %s failed (%s); not keeping it warm",
+                    escape_controls(str(key))[:200],
+                    escape_controls(str(exc))[:200],
+                )
                 with self._lock:
                     self.failed += 1
-                    self._keys.pop(key, None)
+                    dropped = self._keys.pop(key, None)
+                    if dropped is not None:
+                        self.held -= self._cost.get(key, 0) * len(dropped[1])
+                        _close_all(dropped[1])
                 continue
             with self._lock:
                 entry = self._keys.get(key)
-                if self._closed or entry is None or len(entry[1]) >= self.size:
+                if self._closed or entry is None or not self._has_room(key):
                     keep = False
                 else:
                     entry[1].append(env)
+                    self.held += self._cost.get(key, 0)
                     self.built += 1
                     keep = True
             if not keep:
@@ -308,6 +360,8 @@ class WarmPool:
                 "built": self.built,
                 "failed": self.failed,
                 "recycled": self.recycled,
+                "bytes": self.held,
+                "max_bytes": self.max_bytes,
             }
 
     def close(self) -> None:
@@ -317,6 +371,7 @@ class WarmPool:
             leftovers = [env for _, ready in self._keys.values() for env in ready]
             for _, ready in self._keys.values():
                 ready.clear()
+            self.held = 0
             self._lock.notify_all()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():

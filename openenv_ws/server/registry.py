@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..footprint import MIB, default_memory_budget, default_thread_budget
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, PROTOCOL_VERSION
 from ._session import ServerSession
 
@@ -47,6 +48,18 @@ class ServerLimits:
         compression: codecs observations sent inline may be compressed with,
             preferred first, for clients that offer them (SPEC section 19);
             empty: never compress.
+        memory_budget: bytes the sessions of the process may take together,
+            each charged its footprint (``EnvPlugin.footprint``, computed from
+            its config before anything is built); an ``open`` past it gets
+            ``capacity`` naming the budget. Default: half of physical memory.
+        max_engine_threads: threads the sessions' engines may start together
+            (a vector session's C++ threads); past it, ``capacity``.
+            Default: 16 per core.
+        max_stuck_calls: environment calls past ``step_timeout`` that may still
+            run (a Python thread cannot be stopped): their sessions leave the
+            session count at the deadline, but their memory and threads stay
+            charged until the call returns, and while this many run the
+            server opens no session (``capacity``). Default: one per core.
     """
 
     max_sessions: int = 1024
@@ -61,6 +74,9 @@ class ServerLimits:
     cold_open_queue: int = 256
     open_timeout: float | None = 60.0
     compression: tuple[str, ...] = ("zstd", "lz4")
+    memory_budget: int = field(default_factory=default_memory_budget)
+    max_engine_threads: int = field(default_factory=default_thread_budget)
+    max_stuck_calls: int = field(default_factory=lambda: os.cpu_count() or 1)
 
 
 @dataclass(slots=True)
@@ -77,37 +93,83 @@ class SessionRegistry:
     #: Per compression mode (e.g. ``"zstd+delta"``): [element bytes of the
     #: observations compressed, bytes they took on the wire] (SPEC section 19).
     observation_bytes: dict[str, list[int]] = field(default_factory=dict)
+    #: Memory and engine threads the admitted sessions take (stuck ones included).
+    bytes: int = 0
+    threads: int = 0
+    #: Sessions whose call missed its deadline and still runs.
+    stuck: set[ServerSession] = field(default_factory=set)
 
-    def refusal(self, weight: int) -> tuple[str, str] | None:
-        """Why a session of `weight` envs would not be admitted now (``capacity``), or None."""
-        if self.envs + weight <= self.limits.max_sessions:
-            return None
-        vector = f" (a vector session of {weight} envs counts as {weight})" if weight > 1 else ""
-        return (
-            "capacity",
-            f"the server hosts its maximum of {self.limits.max_sessions} sessions{vector}; "
-            "retry later or use another server",
-        )
+    def refusal(self, session: ServerSession) -> tuple[str, str] | None:
+        """Why `session` would not be admitted now (``capacity``), or None."""
+        limits = self.limits
+        weight = session.weight
+        if self.envs + weight > limits.max_sessions:
+            vector = (
+                f" (a vector session of {weight} envs counts as {weight})" if weight > 1 else ""
+            )
+            return _capacity(
+                f"the server hosts its maximum of {limits.max_sessions} sessions{vector}"
+            )
+        if len(self.stuck) >= limits.max_stuck_calls:
+            return _capacity(
+                f"{len(self.stuck)} environment calls past the step deadline still run on this "
+                f"server (at most {limits.max_stuck_calls}: openenv-ws serve --max-stuck-calls); "
+                "it opens no session until they return"
+            )
+        need = session.footprint
+        if self.bytes + need.bytes > limits.memory_budget:
+            return _capacity(
+                f"this session needs {_mib(need.bytes)} of memory and the server's sessions "
+                f"already take {_mib(self.bytes)} of its {_mib(limits.memory_budget)} budget "
+                "(openenv-ws serve --memory-budget); ask for smaller observations or fewer envs"
+            )
+        if self.threads + need.threads > limits.max_engine_threads:
+            return _capacity(
+                f"this session's engine starts {need.threads} threads and the server's sessions "
+                f"already run {self.threads} of at most {limits.max_engine_threads} "
+                "(openenv-ws serve --max-engine-threads); ask for fewer with num_threads"
+            )
+        return None
 
     def admit(self, session: ServerSession) -> tuple[str, str] | None:
         """Take `session` in, or say why not (``capacity``)."""
-        weight = session.weight
-        refused = self.refusal(weight)
+        refused = self.refusal(session)
         if refused is not None:
             return refused
         self.active.add(session)
-        self.envs += weight
+        self.envs += session.weight
+        self.bytes += session.footprint.bytes
+        self.threads += session.footprint.threads
         self.opened_total += 1
         if self.on_change is not None:
             self.on_change(self)
         return None
 
     def release(self, session: ServerSession) -> None:
+        """`session` ended: free what it took."""
         if session in self.active:
             self.active.discard(session)
             self.envs -= session.weight
+            self._free(session)
+        elif session in self.stuck:
+            self.stuck.discard(session)
+            self._free(session)
         if self.on_change is not None:
             self.on_change(self)
+
+    def abandoned(self, session: ServerSession) -> None:
+        """A call of `session` missed its deadline and still runs: the session leaves the
+        count, its memory and threads stay charged until :meth:`release`."""
+        if session in self.active:
+            self.active.discard(session)
+            self.envs -= session.weight
+            self.stuck.add(session)
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def _free(self, session: ServerSession) -> None:
+        self.bytes -= session.footprint.bytes
+        self.threads -= session.footprint.threads
 
     def health(self) -> dict[str, Any]:
         return {
@@ -116,6 +178,17 @@ class SessionRegistry:
             "sessions": len(self.active),
             "max_sessions": self.limits.max_sessions,
             "envs": self.envs,
+            "memory": {"used": self.bytes, "budget": self.limits.memory_budget},
+            "engine_threads": {"used": self.threads, "budget": self.limits.max_engine_threads},
+            "stuck_calls": len(self.stuck),
             "opened_total": self.opened_total,
             "pid": os.getpid(),
         }
+
+
+def _capacity(why: str) -> tuple[str, str]:
+    return "capacity", f"{why}; retry later or use another server"
+
+
+def _mib(count: int) -> str:
+    return f"{count / MIB:,.0f} MiB" if count >= MIB else f"{count:,} bytes"

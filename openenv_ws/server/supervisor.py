@@ -136,6 +136,7 @@ class SupervisedSession(ServerSession):
             max_frame_size=registry.limits.max_frame_size,
             admit=registry.admit,
             release=registry.release,
+            abandoned=registry.abandoned,
             compression=registry.limits.compression,
             byte_counts=registry.observation_bytes,
             max_envs=registry.limits.max_envs,
@@ -188,7 +189,7 @@ class SupervisedSession(ServerSession):
         return (
             self._gate(frame)
             or super().open_refusal(frame)
-            or self._sup.registry.refusal(frame.num_envs or 1)
+            or self._sup.registry.refusal(self)
         )
 
     def serve_open(self, frame: Open) -> FrameReply:

@@ -6,7 +6,11 @@ environment's options, plus
 
 - ``gate``: a file path; the constructor waits until the file exists;
 - ``fail``: true to refuse the config from the constructor (``bad_config``);
-- ``closed``: a file path written when the environment is closed.
+- ``closed``: a file path written when the environment is closed;
+- ``step_gate``: a file path; every step waits until the file exists (a call
+  that runs past the server's deadline);
+- ``raise_text``: every step raises a ``ValueError`` with this message (an
+  unexpected failure quoting what the client sent).
 
 The server builds at most ``MAX_BUILDS_OFF_LOOP`` environments at once: a
 constructor that finds that many others running raises, and the open that
@@ -36,6 +40,8 @@ class GatedEnvironment(FakeEnvironment):
         gate = rest.pop("gate", None)
         fail = rest.pop("fail", False)
         self._closed_mark = rest.pop("closed", None)
+        self._step_gate = rest.pop("step_gate", None)
+        self._raise_text = rest.pop("raise_text", None)
         with _lock:
             _building += 1
             overlapping = _building > MAX_BUILDS_OFF_LOOP
@@ -47,9 +53,18 @@ class GatedEnvironment(FakeEnvironment):
             if fail:
                 raise EnvConfigError("this environment refuses its config ('fail': true)")
             super().__init__(rest)
+            if self._step_gate is not None:
+                self.inline = False  # its steps may never return: the session's thread
         finally:
             with _lock:
                 _building -= 1
+
+    def step(self, action: Any, *, obs: bool = True) -> Any:
+        while self._step_gate is not None and not os.path.exists(self._step_gate):
+            time.sleep(0.005)
+        if self._raise_text is not None:
+            raise ValueError(self._raise_text)
+        return super().step(action, obs=obs)
 
     def close(self) -> None:
         if self._closed_mark is not None:

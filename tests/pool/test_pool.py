@@ -13,6 +13,7 @@ import pytest
 from atari import AtariEnvironment, atari_factory, normalize_config
 from openenv_ws.environment import Environment
 from openenv_ws.errors import EnvConfigError, InvalidState
+from openenv_ws.footprint import DEFAULT_FOOTPRINT
 from openenv_ws.server.pool import WarmPool, json_key, normalized_key
 from openenv_ws.testing import FakeEnvironment
 
@@ -65,6 +66,8 @@ def test_pooled_environments_are_prebuilt_handed_out_once_and_refilled() -> None
             "built": 0,
             "failed": 0,
             "recycled": 0,
+            "bytes": 2 * DEFAULT_FOOTPRINT.bytes,  # two ready, each charged the default
+            "max_bytes": None,
         }
     finally:
         pool.close()
@@ -72,18 +75,24 @@ def test_pooled_environments_are_prebuilt_handed_out_once_and_refilled() -> None
     assert set(map(id, factory.closed)) == {id(env) for env, _ in factory.built[2:]}
 
 
-def test_a_new_configuration_is_built_cold_then_kept_warm() -> None:
+def test_a_client_configuration_is_kept_warm_only_once_one_was_given_back() -> None:
+    """A config a client chose is never built by the pool until a session of it built,
+    ran and gave its environment back cleanly."""
     factory = CountingFactory()
-    pool = WarmPool(factory, size=1, refill_delay=0)
+    pool = WarmPool(factory, size=2, refill_delay=0)
+    config = {"episode_length": 4}
     try:
-        cold = pool.factory({"episode_length": 4})
-        # The refill may start building before this thread does: find each by identity.
-        assert (cold, threading.current_thread().name) in factory.built
-        assert pool.stats()["misses"] == 1
-        assert pool.wait_ready({"episode_length": 4}, timeout=10 * UNIT)
-        warm = pool.factory({"episode_length": 4})
-        assert warm is not cold and (warm, "openenv-ws-warm-pool") in factory.built
-        assert pool.stats()["hits"] == 1
+        cold = pool.factory(config)
+        second = pool.factory(config)
+        assert [thread for _, thread in factory.built] == [threading.current_thread().name] * 2
+        assert pool.stats()["misses"] == 2 and pool.stats()["configs"] == 0
+        assert pool.ready(config) == 0
+        cold.reset(seed=0)
+        pool.give_back(config, cold)  # it built and closed cleanly: now kept warm
+        assert pool.stats()["configs"] == 1 and pool.stats()["recycled"] == 1
+        assert pool.wait_ready(config, timeout=10 * UNIT)  # refilled up to size
+        assert (pool.factory(config), "openenv-ws-warm-pool") not in factory.built  # recycled first
+        assert second not in factory.closed
     finally:
         pool.close()
 
@@ -94,13 +103,30 @@ def test_refused_configs_are_not_pooled_and_keys_are_bounded() -> None:
     try:
         with pytest.raises(EnvConfigError, match="positive"):
             pool.factory({"n_actions": 0})
+        assert pool.stats()["configs"] == 0
         for n in (2, 3, 4):  # three configurations, room for two
-            pool.factory({"n_actions": n})
-            assert pool.wait_ready({"n_actions": n}, timeout=10 * UNIT)
+            pool.give_back({"n_actions": n}, pool.factory({"n_actions": n}))
+            assert pool.ready({"n_actions": n}) == 1
         assert pool.stats()["configs"] == 2
         assert pool.ready({"n_actions": 2}) == 0  # the least recently used was dropped
         dropped = [env for env, _ in factory.built if env.spec.action.n == 2]
         assert dropped[-1] in factory.closed
+    finally:
+        pool.close()
+
+
+def test_the_pool_holds_at_most_its_byte_bound() -> None:
+    factory = CountingFactory()
+    # Room for three environments of the default footprint, five asked for.
+    pool = WarmPool(factory, size=5, refill_delay=0, max_bytes=3 * DEFAULT_FOOTPRINT.bytes)
+    config = {"n_actions": 3}
+    try:
+        pool.give_back(config, pool.factory(config))
+        assert pool.wait_ready(config, timeout=1 * UNIT) is False  # never five
+        assert pool.ready(config) == 3
+        assert pool.stats()["bytes"] == 3 * DEFAULT_FOOTPRINT.bytes
+        pool.give_back(config, factory(config))  # no room left: closed
+        assert factory.closed[-1].spec.action.n == 3 and pool.ready(config) == 3
     finally:
         pool.close()
 
@@ -182,13 +208,11 @@ def test_environments_given_back_are_recycled_and_handed_out_again() -> None:
         pool.give_back(config, spare)  # no room left: closed
         assert factory.closed == [spare] and pool.ready(config) == 1
         stranger = factory({"n_actions": 5})
-        pool.give_back({"n_actions": 5}, stranger)  # a configuration nobody opened
-        assert factory.closed[-1] is stranger
-        pool.give_back({"n_actions": 0}, factory(config))  # a config the key refuses
-        assert len(factory.closed) == 3
+        pool.give_back({"n_actions": 5}, stranger)  # given back cleanly: kept
+        assert pool.ready({"n_actions": 5}) == 1 and len(factory.closed) == 1
     finally:
         pool.close()
-    assert factory.closed[-1] is env  # the recycled one was unused again
+    assert env in factory.closed and stranger in factory.closed  # unused again: closed
     late = factory(config)
     pool.give_back(config, late)  # after close: closed
     assert factory.closed[-1] is late

@@ -1,0 +1,65 @@
+"""What an Atari session takes before it is built (``EnvPlugin.footprint``, SPEC section 9).
+
+Calibrated on ale-py 0.12 by resident memory after a reset and a few steps
+(``benchmarks/README.md``, budgets): a single session is ~0.7 MB at the native
+RGB screen plus its frames; ale-py's vector engine keeps about seven copies of
+each env's (stacked) frame in its queues and buffers. The figures below round
+those up and add the reply being encoded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from openenv_ws.footprint import MIB, Footprint
+
+from .config import normalize_config
+
+__all__ = ["atari_footprint", "frame_bytes"]
+
+#: An emulator, its ROM and its Python objects.
+_SINGLE_BASE = 1 * MIB
+#: An env of ale-py's vector engine.
+_VECTOR_BASE = 2 * MIB
+#: Frames a single session holds beside its stack and the reply being encoded: the
+#: screens a step is made from (max-pool, resize, grayscale).
+_SINGLE_FRAMES = 4
+#: Copies of an env's stacked observation in the vector engine (measured ~7).
+_VECTOR_COPIES = 8
+
+
+def frame_bytes(config: Mapping[str, Any]) -> int:
+    """Bytes of one observation of a normalized config (all of its stack)."""
+    stack: int = config["stack_num"]
+    if config["obs_type"] == "ram":
+        return 128 * stack
+    channels = 3 if config["obs_type"] == "rgb" else 1
+    height: int = config["img_height"] or 210
+    width: int = config["img_width"] or 160
+    return height * width * channels * stack
+
+
+def atari_footprint(
+    config: Mapping[str, Any], num_envs: int | None, batch_size: int | None
+) -> Footprint:
+    """Memory and engine threads of a session of `config` (`num_envs` None: a single one).
+
+    Raises:
+        EnvConfigError: a config the session would refuse.
+    """
+    if num_envs is None:
+        cfg = normalize_config(config)
+        one = frame_bytes(cfg)
+        frame = one // cfg["stack_num"]
+        return Footprint(_SINGLE_BASE + 2 * one + _SINGLE_FRAMES * frame)
+    from .vector import vector_kwargs
+
+    cfg, _ = vector_kwargs(config)
+    one = frame_bytes(cfg)
+    engines = num_envs // batch_size if batch_size else 1
+    threads = cfg["num_threads"] or os.cpu_count() or 1
+    per_env = _VECTOR_BASE + one * _VECTOR_COPIES
+    # The batch being encoded is one more observation per env.
+    return Footprint(num_envs * (per_env + one), engines * threads)
