@@ -27,7 +27,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..brief import brief, brief_keys
 from ..errors import EnvConfigError
@@ -62,6 +62,9 @@ GRID_MAX = 64
 _INT_MAX = 2**31 - 1
 _WEIGHT = 1e6
 
+#: The kinds of value a :class:`Bound` admits.
+Kind = Literal["flag", "int", "number", "choice", "numbers", "grid"]
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -79,7 +82,7 @@ class Bound:
         ordered: a ``"numbers"`` list must not descend (a range ``[low, high]``).
     """
 
-    kind: str
+    kind: Kind
     low: float = -math.inf
     high: float = math.inf
     choices: tuple[str, ...] = ()
