@@ -1,7 +1,10 @@
 """Gymnasium environments by id as an openenv-ws environment plugin (entry point ``gymnasium``).
 
 A session's config names the environment: ``{"id": "CartPole-v1", "kwargs": {...}}``;
-``kwargs`` (plain values) go to ``gymnasium.make``, ``max_episode_steps`` included.
+``kwargs`` go to ``gymnasium.make``, each key only if the id's policy allows it and its
+value within its bound (:mod:`openenv_ws.envs.gym_kwargs`: numbers, flags, small grids,
+``max_episode_steps`` for every id; never a path, module, class or callable), checked
+before anything is built; ``openenv-ws serve --gym-kwargs ID:KEY`` widens it.
 An id of the form ``"module:Id"`` imports ``module`` first (Gymnasium's own rule),
 e.g. ``"gymnasium_robotics:PointMaze_UMaze-v3"``.
 
@@ -25,7 +28,8 @@ need a client that reads structured values (``structured`` in ``open``).
 Frames: with ``"render": true`` in the config the environment is made with
 ``render_mode="rgb_array"`` and the info of every result (reset and step)
 carries the frame under ``info["render"]``, a uint8 array of shape
-``(height, width, 3)``, so that a remote episode can be recorded. MuJoCo
+``(height, width, 3)``, at most 1024x1024 pixels (:data:`~.gym_kwargs.RENDER_MAX_BYTES`;
+a larger frame is refused with ``unsupported``), so that a remote episode can be recorded. MuJoCo
 environments render headless with ``MUJOCO_GL=egl`` (or ``osmesa``) set on
 the server; stepping needs no rendering.
 """
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -44,6 +48,7 @@ from ..environment import Environment, EnvResult, EnvSpec, check_keys
 from ..errors import EnvConfigError, InvalidState
 from ..registry import EnvPlugin
 from ..spaces import ArraySpec, Space, SpaceError, space_from_wire
+from .gym_kwargs import RENDER_MAX_BYTES, RENDER_SIDE_MAX, check_kwargs, widened_keys
 
 __all__ = [
     "DEFAULT_IDS",
@@ -51,6 +56,7 @@ __all__ = [
     "RENDER_KEY",
     "GymnasiumEnvironment",
     "allowed_ids",
+    "check_config",
     "gymnasium_factory",
     "gymnasium_plugin",
 ]
@@ -99,19 +105,6 @@ DEFAULT_IDS: tuple[str, ...] = _PURE_PYTHON + _MUJOCO
 #: unless they render. Others run on their session's worker thread.
 BOUNDED_IDS = frozenset(_PURE_PYTHON)
 
-_PLAIN = (bool, int, float, str, type(None))
-
-
-def _plain(value: Any, where: str) -> Any:
-    """`value` if it is plain data (numbers, strings, bools, None, lists and string maps)."""
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, list):
-        return [_plain(v, where) for v in value]
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {k: _plain(v, where) for k, v in value.items()}
-    raise EnvConfigError(f"{where} must hold plain values, got {brief(value)}")
-
 
 def _info(value: Any) -> Any:
     """Gymnasium's info as plain data: numpy scalars as numbers, arrays kept as arrays."""
@@ -139,7 +132,12 @@ class GymnasiumEnvironment(Environment):
 
     inline = False
 
-    def __init__(self, config: Mapping[str, Any], allowed: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        allowed: tuple[str, ...] | None = None,
+        widened: Mapping[str, frozenset[str]] | None = None,
+    ) -> None:
         try:
             import gymnasium
 
@@ -149,31 +147,8 @@ class GymnasiumEnvironment(Environment):
                 "Gymnasium is not installed on this server (pip install 'openenv-ws[gym]')"
             ) from None
 
-        check_keys(config, ("id", "kwargs", RENDER_KEY), "gymnasium environment")
-        env_id = config.get("id")
-        if not isinstance(env_id, str):
-            raise EnvConfigError(f"option 'id' must be a Gymnasium id string, got {brief(env_id)}")
-        ids = allowed if allowed is not None else allowed_ids()
-        if env_id not in ids:
-            raise EnvConfigError(
-                f"Gymnasium id {env_id!r} is not allowed on this server (allowed: "
-                f"{', '.join(ids)}); allow it with `openenv-ws serve --gym-ids` or the "
-                f"environment variable {IDS_ENV}"
-            )
-        kwargs = config.get("kwargs", {})
-        if not isinstance(kwargs, dict):
-            raise EnvConfigError(f"option 'kwargs' must be a map, got {brief(kwargs)}")
-        kwargs = _plain(kwargs, "option 'kwargs'")
-        if "render_mode" in kwargs:
-            raise EnvConfigError(
-                f"kwargs 'render_mode' is not for a server; ask for rgb_array frames with "
-                f'"{RENDER_KEY}": true in the config'
-            )
-        render = config.get(RENDER_KEY, False)
-        if not isinstance(render, bool):
-            raise EnvConfigError(
-                f"option {RENDER_KEY!r} must be true or false, got {brief(render)}"
-            )
+        checked = check_config(config, allowed, widened)
+        env_id, kwargs, render = checked["id"], dict(checked["kwargs"]), checked[RENDER_KEY]
         if render:
             kwargs["render_mode"] = "rgb_array"
         try:
@@ -231,6 +206,14 @@ class GymnasiumEnvironment(Environment):
                     f"without {RENDER_KEY!r} (or install the renderer on the server)",
                     code="unsupported",
                 )
+            if frame.nbytes > RENDER_MAX_BYTES:
+                raise InvalidState(
+                    f"rendering {self._id!r} gave a frame of {frame.shape[0]}x{frame.shape[1]} "
+                    f"pixels, more than the {RENDER_SIDE_MAX}x{RENDER_SIDE_MAX} a result may "
+                    f"carry; open the session with smaller width and height kwargs, or without "
+                    f"{RENDER_KEY!r}",
+                    code="unsupported",
+                )
             out[RENDER_KEY] = frame
         return out
 
@@ -268,6 +251,51 @@ class GymnasiumEnvironment(Environment):
         self._env.close()
 
 
+def check_config(
+    config: Mapping[str, Any],
+    allowed: tuple[str, ...] | None = None,
+    widened: Mapping[str, frozenset[str]] | None = None,
+) -> dict[str, Any]:
+    """`config` with its kwargs as ``gymnasium.make`` gets them, if this server may build it.
+
+    Nothing is imported, built or opened: the id must be allowed (`allowed`, None:
+    :func:`allowed_ids`) and every kwarg within the id's policy (:mod:`.gym_kwargs`;
+    `widened` None: the operator's :data:`~.gym_kwargs.KWARGS_ENV`).
+
+    Raises:
+        EnvConfigError: an unknown option, an id not allowed, a kwarg not allowed or out of
+            its bound, or ``render`` that is not a bool.
+    """
+    check_keys(config, ("id", "kwargs", RENDER_KEY), "gymnasium environment")
+    env_id = config.get("id")
+    if not isinstance(env_id, str):
+        raise EnvConfigError(f"option 'id' must be a Gymnasium id string, got {brief(env_id)}")
+    ids = allowed if allowed is not None else allowed_ids()
+    if env_id not in ids:
+        raise EnvConfigError(
+            f"Gymnasium id {brief(env_id)} is not allowed on this server (allowed: "
+            f"{', '.join(ids)}); allow it with `openenv-ws serve --gym-ids` or the "
+            f"environment variable {IDS_ENV}"
+        )
+    kwargs = config.get("kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise EnvConfigError(f"option 'kwargs' must be a map, got {brief(kwargs)}")
+    if "render_mode" in kwargs:
+        raise EnvConfigError(
+            f"kwargs 'render_mode' is not for a server; ask for rgb_array frames with "
+            f'"{RENDER_KEY}": true in the config'
+        )
+    kwargs = check_kwargs(
+        env_id,
+        kwargs,
+        widened if widened is not None else widened_keys(),
+    )
+    render = config.get(RENDER_KEY, False)
+    if not isinstance(render, bool):
+        raise EnvConfigError(f"option {RENDER_KEY!r} must be true or false, got {brief(render)}")
+    return {"id": env_id, "kwargs": kwargs, RENDER_KEY: render}
+
+
 def allowed_ids() -> tuple[str, ...]:
     """The ids this process may make: :data:`IDS_ENV` if set, else :data:`DEFAULT_IDS`."""
     text = os.environ.get(IDS_ENV, "").strip()
@@ -278,10 +306,17 @@ def allowed_ids() -> tuple[str, ...]:
 
 def gymnasium_plugin(
     allowed: tuple[str, ...] | None = None,
+    widened: Mapping[str, Iterable[str]] | None = None,
 ) -> EnvPlugin[GymnasiumEnvironment]:
-    """A plugin making the Gymnasium ids in `allowed` (None: :func:`allowed_ids` at each open)."""
+    """A plugin making the Gymnasium ids in `allowed` (None: :func:`allowed_ids` at each open).
+
+    `widened` maps ids to the kwargs keys allowed beyond the policy (any plain value; None:
+    :data:`~.gym_kwargs.KWARGS_ENV` at each open). Every config is checked by
+    :func:`check_config` before anything is built.
+    """
+    wider = None if widened is None else {i: frozenset(k) for i, k in widened.items()}
     factory: Callable[[dict[str, Any]], GymnasiumEnvironment] = lambda config: (  # noqa: E731
-        GymnasiumEnvironment(config, allowed)
+        GymnasiumEnvironment(config, allowed, wider)
     )
     return EnvPlugin(factory, build_off_loop=True)
 

@@ -1,6 +1,7 @@
 """The ``openenv-ws serve`` options of the bundled environment plugins: which
-Gymnasium ids ``--env gymnasium`` may make, which OpenEnv app ``--env openenv``
-serves. Both reach the plugins (and worker processes) as environment variables.
+Gymnasium ids ``--env gymnasium`` may make and which kwargs beyond its policy clients
+may pass them, which OpenEnv app ``--env openenv`` serves. They reach the plugins (and
+worker processes) as environment variables.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         metavar="ID,ID,...",
         help="the Gymnasium ids --env gymnasium may make, comma-separated (ids import code); "
         "replaces the default list, and wins over the OPENENV_WS_GYM_IDS environment variable",
+    )
+    serve.add_argument(
+        "--gym-kwargs",
+        action="append",
+        metavar="ID:KEY,KEY",
+        help="with --env gymnasium: kwargs keys clients may pass to ID beyond its built-in "
+        "allow-list, with any plain value and no bound (repeatable; path-like keys such as "
+        "xml_file only this way); wins over the OPENENV_WS_GYM_KWARGS environment variable",
     )
     serve.add_argument(
         "--openenv-app",
@@ -48,12 +57,22 @@ def apply(args: argparse.Namespace) -> None:
     """Hand the options to the plugins, for this process and its workers.
 
     Raises:
-        SystemExit: an ``--openenv-app`` (or its classes) that cannot be served.
+        SystemExit: a malformed ``--gym-kwargs``, or an ``--openenv-app`` (or its classes)
+            that cannot be served.
     """
     if args.gym_ids is not None:
         from .gymnasium import IDS_ENV
 
         os.environ[IDS_ENV] = args.gym_ids
+    if args.gym_kwargs is not None:
+        from .gym_kwargs import KWARGS_ENV, parse_widening
+
+        text = ";".join(args.gym_kwargs)
+        try:
+            parse_widening(text, "--gym-kwargs")
+        except EnvConfigError as exc:
+            raise SystemExit(str(exc)) from None
+        os.environ[KWARGS_ENV] = text
     if args.openenv_app is None:
         return
     from . import openenv
