@@ -186,11 +186,7 @@ class SupervisedSession(ServerSession):
         return None
 
     def open_refusal(self, frame: Open) -> tuple[str, str] | None:
-        return (
-            self._gate(frame)
-            or super().open_refusal(frame)
-            or self._sup.registry.refusal(self)
-        )
+        return self._gate(frame) or super().open_refusal(frame) or self._sup.registry.refusal(self)
 
     def serve_open(self, frame: Open) -> FrameReply:
         sup = self._sup
