@@ -60,15 +60,19 @@ def _layered(base: type[Any]) -> type[Any]:
     return AcceptedTLS
 
 
-def tls_loop(handshake_timeout: float | None) -> type[asyncio.AbstractEventLoop]:
-    """An event loop class (uvloop's where installed) whose TLS servers show connections at accept.
+def tls_loop(
+    handshake_timeout: float | None, *, kind: str | None = None
+) -> type[asyncio.AbstractEventLoop]:
+    """An event loop class whose TLS servers show connections at accept.
 
-    `handshake_timeout`: seconds a TLS handshake may take before the
-    connection is aborted (None: the loop's default, 60 s).
+    Args:
+        handshake_timeout: seconds a TLS handshake may take before the
+            connection is aborted (None: the loop's default, 60 s).
+        kind: ``"uvloop"`` or ``"asyncio"``; None: :func:`loop_name`.
     """
     base: type[asyncio.AbstractEventLoop]
     layer: type[Any]
-    if loop_name() == "uvloop":
+    if (kind or loop_name()) == "uvloop":
         import uvloop
         import uvloop.loop
 
