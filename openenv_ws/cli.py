@@ -86,6 +86,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ):
         if count < 1:
             raise SystemExit(f"{flag} must be at least 1, got {count}")
+    if args.max_head_size < 0:
+        raise SystemExit(f"--max-head-size must be 0 (no limit) or more, got {args.max_head_size}")
     problem = share_problem(args.cold_open_share)
     if problem is not None:
         raise SystemExit(f"--cold-open-share {problem}")
@@ -158,6 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=max_connections,
         max_connections_per_peer=args.max_connections_per_peer,
         handshake_timeout=args.handshake_timeout or None,
+        max_head_size=args.max_head_size or None,
         ssl_certfile=args.certfile,
         ssl_keyfile=args.keyfile,
         ssl_keyfile_password=args.keyfile_password,
@@ -435,6 +438,13 @@ def _parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds a connection has to send its request and complete a WebSocket "
         "handshake before it is dropped (0: no limit; default 10)",
+    )
+    serve.add_argument(
+        "--max-head-size",
+        type=int,
+        default=65536,
+        help="bytes of one request head (request line and headers); a larger one is answered "
+        "HTTP 431 and its connection closed (0: no limit; default 65536)",
     )
     serve.add_argument(
         "--compression",

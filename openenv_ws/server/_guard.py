@@ -19,6 +19,13 @@ class :func:`guarded` makes, bounds that:
   out, they only push each other out. Only when the cap is full of
   connections that completed their request is the new one answered
   **HTTP 503** with a body naming the limit (never a reset).
+- **Head cap.** A request head (request line and headers) larger than
+  ``max_head_size`` bytes is answered **HTTP 431** and the connection
+  closed; the parser never holds more than that plus one read.
+- **TLS from accept.** With TLS, the loop of :mod:`._tlsaccept` shows each
+  connection to its protocol at accept (``raw_made``), before its TLS
+  handshake: it is counted, may be shed, and has the handshake deadline
+  from then on, like a plain one (the deadline covers the TLS handshake).
 - **A reserve for plain HTTP.** WebSocket connections may take up to
   :func:`websocket_share` of each cap; the rest is kept for plain requests,
   so ``/health`` and ``/metrics`` answer even when every WebSocket slot is
@@ -47,6 +54,7 @@ __all__ = [
     "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_CONNECTIONS_PER_PEER",
+    "DEFAULT_MAX_HEAD_SIZE",
     "ConnectionGuard",
     "connection_cap",
     "fit_to_fd_limit",
@@ -61,6 +69,8 @@ DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 4096
 #: Connections one client address holds at once.
 DEFAULT_MAX_CONNECTIONS_PER_PEER = 1024
+#: Bytes of one request head (request line and headers).
+DEFAULT_MAX_HEAD_SIZE = 1 << 16
 #: Descriptors kept out of the connection cap (listening socket, logs, files, pipes).
 FD_HEADROOM = 64
 #: Refused connections that may linger at once, reading what the client still sends
@@ -140,7 +150,9 @@ class ConnectionGuard:
         max_connections: connections held at once (None: no limit).
         max_per_peer: connections one client address holds at once (None: no limit).
         handshake_timeout: seconds to complete a request head (and body, or
-            WebSocket upgrade); None: no deadline.
+            WebSocket upgrade; with TLS, the TLS handshake first); None: no deadline.
+        max_head_size: bytes of one request head (request line and headers);
+            a larger one is answered 431. None: no limit.
     """
 
     def __init__(
@@ -149,8 +161,13 @@ class ConnectionGuard:
         max_connections: int | None = DEFAULT_MAX_CONNECTIONS,
         max_per_peer: int | None = DEFAULT_MAX_CONNECTIONS_PER_PEER,
         handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+        max_head_size: int | None = DEFAULT_MAX_HEAD_SIZE,
     ) -> None:
-        for name, value in (("max_connections", max_connections), ("max_per_peer", max_per_peer)):
+        for name, value in (
+            ("max_connections", max_connections),
+            ("max_per_peer", max_per_peer),
+            ("max_head_size", max_head_size),
+        ):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or None), got {value}")
         if handshake_timeout is not None and handshake_timeout <= 0:
@@ -160,15 +177,17 @@ class ConnectionGuard:
         self.max_connections = max_connections
         self.max_per_peer = max_per_peer
         self.handshake_timeout = handshake_timeout
+        self.max_head_size = max_head_size
         self.connections = 0
         self.websockets = 0
         self.lingering = 0
         self.peers: dict[str, _Peer] = {}
         #: Connections sending a request head, oldest first.
         self.pending: dict[GuardedProtocol, None] = {}
-        #: Totals since start: refused (503), shed (aborted for a newcomer), timed_out.
-        self.counts = {"refused": 0, "shed": 0, "timed_out": 0}
-        self._unreported = {"refused": 0, "shed": 0, "timed_out": 0}
+        #: Totals since start: refused (503), shed (aborted for a newcomer), timed_out,
+        #: too_large (431: a request head over ``max_head_size``).
+        self.counts = {"refused": 0, "shed": 0, "timed_out": 0, "too_large": 0}
+        self._unreported = dict.fromkeys(self.counts, 0)
         self._warned = 0.0
         self._ws_classes: dict[type[Any], type[Any]] = {}
 
@@ -267,23 +286,24 @@ class ConnectionGuard:
     # ------------------------------------------------------------------ reporting
 
     def note(self, what: str) -> None:
-        """Count a refusal, shed or timeout; warn about them at most every :data:`WARN_EVERY` s."""
+        """Count a refusal, shed, timeout or 431; warn about them at most every :data:`WARN_EVERY` s."""
         self.counts[what] += 1
         self._unreported[what] += 1
         now = time.monotonic()
         if now - self._warned < WARN_EVERY:
             return
         self._warned = now
-        refused, shed, timed_out = (self._unreported[k] for k in ("refused", "shed", "timed_out"))
-        self._unreported = dict.fromkeys(self._unreported, 0)
+        unreported = self._unreported
+        self._unreported = dict.fromkeys(unreported, 0)
         logger.warning(
             "connection limits: %d connection(s) refused with 503, %d aborted to make room for "
-            "new ones while still sending their request, %d aborted at the handshake deadline "
-            "(%d open now; see --max-connections, --max-connections-per-peer, "
-            "--handshake-timeout)",
-            refused,
-            shed,
-            timed_out,
+            "new ones while still sending their request, %d aborted at the handshake deadline, "
+            "%d answered 431 for a request head too large (%d open now; see --max-connections, "
+            "--max-connections-per-peer, --handshake-timeout, --max-head-size)",
+            unreported["refused"],
+            unreported["shed"],
+            unreported["timed_out"],
+            unreported["too_large"],
             self.connections,
         )
 
@@ -322,10 +342,27 @@ _REFUSED_HEAD = (
 )
 
 
+_TOO_LARGE_HEAD = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"content-type: application/json\r\n"
+    b"connection: close\r\n"
+)
+
+
 def refusal_response(message: str) -> bytes:
     """The bytes of a 503 answer saying `message`."""
     body = json.dumps({"error": "connection_limit", "message": message}).encode()
     return b"%scontent-length: %d\r\n\r\n%s" % (_REFUSED_HEAD, len(body), body)
+
+
+def head_too_large_response(limit: int) -> bytes:
+    """The bytes of a 431 answer naming the head limit of `limit` bytes."""
+    message = (
+        f"the request head (request line and headers) is larger than the server's limit of "
+        f"{limit} bytes (--max-head-size); send shorter headers"
+    )
+    body = json.dumps({"error": "head_too_large", "message": message}).encode()
+    return b"%scontent-length: %d\r\n\r\n%s" % (_TOO_LARGE_HEAD, len(body), body)
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -339,6 +376,10 @@ class GuardedProtocol(HttpToolsProtocol):
         self.address = ""
         self.phase = Phase.HEAD
         self._made = False  # uvicorn's connection_made ran
+        #: The plain transport (with TLS, below the TLS layer; set at accept).
+        self._raw: asyncio.Transport | None = None
+        self._refusal: str | None = None  # TLS: refused at accept, answered after the handshake
+        self._head_bytes = 0  # read since the current request head began
         self._deadline: asyncio.TimerHandle | None = None
         self._upgraded: Any = None
         self._lingered = 0  # bytes read and dropped after a refusal
@@ -350,32 +391,93 @@ class GuardedProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------ transport events
 
+    def raw_made(self, transport: asyncio.Transport) -> None:
+        """TLS: the connection was accepted, its TLS handshake not yet done; count it in now.
+
+        A connection refused here is answered 503 once its handshake is done
+        (no HTTP can be spoken before), lingering meanwhile; with no room to
+        linger it is dropped at once.
+        """
+        self._raw = transport
+        guard = self.guard
+        refusal = guard.admit(self, _address(transport))
+        if refusal is None:
+            self._begin()
+            return
+        self.phase = Phase.REFUSED
+        if guard.lingering >= MAX_LINGERING:
+            guard.note("refused")
+            transport.abort()
+            return
+        guard.lingering += 1
+        self._lingering = True
+        self._refusal = refusal
+
+    def raw_lost(self) -> None:
+        """TLS: the connection ended, its handshake done or not."""
+        self._ended()
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        refusal = self.guard.admit(self, _address(transport))
-        if refusal is not None:
+        if self._raw is None:  # plain: accepted now
+            self._raw = transport
+            refusal = self.guard.admit(self, _address(transport))
+            if refusal is not None:
+                self.transport = transport
+                self._refuse(refusal)
+                return
+            self._made = True
+            super().connection_made(transport)
+            self._begin()
+            return
+        # TLS, handshake done: counted (and under the deadline) since accept.
+        if self._refusal is not None:
             self.transport = transport
-            self._refuse(refusal)
+            self._refuse(self._refusal)
             return
         self._made = True
         super().connection_made(transport)
-        self._begin()
 
     def data_received(self, data: bytes) -> None:
-        if self.phase is Phase.REFUSED:
-            self._lingered += len(data)
-            if self._lingered > LINGER_BYTES:
-                self.transport.abort()
-            return
-        super().data_received(data)
+        limit = self.guard.max_head_size
+        while True:
+            phase = self.phase
+            if phase is Phase.REFUSED:
+                self._lingered += len(data)
+                if self._lingered > LINGER_BYTES:
+                    self._raw_transport().abort()
+                return
+            if phase is Phase.UPGRADED:  # what followed an upgrade cut at the head limit
+                upgraded = self.transport.get_protocol()
+                if upgraded is not self and data and isinstance(upgraded, asyncio.Protocol):
+                    upgraded.data_received(data)
+                return
+            if phase is not Phase.HEAD or limit is None:
+                super().data_received(data)
+                return
+            # The parser gets the head up to the limit and no more: a head that is not
+            # complete by then is answered 431, whatever the rest would have been.
+            room = limit - self._head_bytes
+            if room <= 0:
+                self._head_too_large(limit)
+                return
+            part, data = data[:room], data[room:]
+            self._head_bytes += len(part)
+            super().data_received(part)
+            if not data or self.transport.is_closing():
+                return
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._ended()
+        if self._made:
+            super().connection_lost(exc)
+
+    def _ended(self) -> None:
+        """The connection ended (called once or twice with TLS): release what it holds."""
         if self._lingering:
             self._lingering = False
             self.guard.lingering -= 1
         if self.phase is not Phase.UPGRADED:
             self.finish()
-        if self._made:
-            super().connection_lost(exc)
 
     # ------------------------------------------------------------------ parser events
 
@@ -417,6 +519,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _begin(self) -> None:
         self.phase = Phase.HEAD
+        self._head_bytes = 0
         self.guard.pend(self)
         timeout = self.guard.handshake_timeout
         if timeout is not None:
@@ -433,7 +536,7 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         self.guard.note("timed_out")
         self.finish()
-        self.transport.abort()
+        self._raw_transport().abort()
 
     def _cancel_deadline(self) -> None:
         if self._deadline is not None:
@@ -441,25 +544,44 @@ class GuardedProtocol(HttpToolsProtocol):
             self._deadline = None
 
     def _refuse(self, message: str) -> None:
-        """Answer 503 with `message`; then read and drop what the client still sends, briefly."""
-        guard = self.guard
-        guard.note("refused")
+        """Answer 503 with `message`, then close (:meth:`_close_with`)."""
+        self.guard.note("refused")
+        self._close_with(refusal_response(message))
+
+    def _head_too_large(self, limit: int) -> None:
+        """Answer 431 (the head passed `limit` bytes), then close (:meth:`_close_with`)."""
+        self.guard.note("too_large")
+        self._close_with(head_too_large_response(limit))
+
+    def _close_with(self, answer: bytes) -> None:
+        """Release the connection's counts, write `answer` and close; meanwhile read and drop
+        what the client still sends, briefly, so that it reads the answer, not a reset."""
         self.finish()
         self.phase = Phase.REFUSED
+        guard = self.guard
         transport = self.transport
-        transport.write(refusal_response(message))
-        if guard.lingering >= MAX_LINGERING or not transport.can_write_eof():
-            transport.close()
+        transport.write(answer)
+        if not self._lingering and guard.lingering < MAX_LINGERING:
+            guard.lingering += 1
+            self._lingering = True
+        if self._lingering and transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(LINGER_SECONDS, transport.close)
             return
-        guard.lingering += 1
-        self._lingering = True
-        transport.write_eof()
-        self.loop.call_later(LINGER_SECONDS, transport.close)
+        transport.close()
+        raw = self._raw_transport()
+        if raw is not transport:  # TLS has no half-close; its closing handshake is bounded
+            self.loop.call_later(LINGER_SECONDS, raw.abort)
+
+    def _raw_transport(self) -> asyncio.Transport:
+        """The plain transport: the TLS layer's own with TLS, which aborting ends at once."""
+        assert self._raw is not None
+        return self._raw
 
     def abort(self) -> None:
         """Shed: drop the connection at once (its counts are already released)."""
         self._cancel_deadline()
-        self.transport.abort()
+        self._raw_transport().abort()
 
     def finish(self) -> None:
         """The connection ended (or is ending): release its counts and deadline."""

@@ -9,8 +9,6 @@ on 100 KB frames and saves nothing).
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 import os
 import socket
 import ssl
@@ -24,45 +22,14 @@ from ._guard import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    DEFAULT_MAX_HEAD_SIZE,
     ConnectionGuard,
     guarded,
 )
+from ._tlsaccept import loop_name, tls_loop
 from .drain import DrainingServer
 
 __all__ = ["ServerThread", "bind_socket", "tls_problem", "uvicorn_config"]
-
-
-def _loop_name() -> str:
-    return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
-
-
-def _loop(tls_handshake_timeout: float | None) -> Any:
-    """uvicorn's ``loop``: uvloop or asyncio, and with TLS (`tls_handshake_timeout`
-    not None) a loop whose TLS servers give a handshake that long.
-
-    The loop itself completes TLS handshakes, before any protocol (the
-    connection guard's included) sees the connection, and by default gives
-    each 60 s: a peer that opens connections and never finishes the handshake
-    would hold them that long, outside the guard's bounds.
-    """
-    name = _loop_name()
-    if tls_handshake_timeout is None:
-        return name
-    base: type[asyncio.AbstractEventLoop]
-    if name == "uvloop":
-        import uvloop
-
-        base = uvloop.Loop
-    else:
-        base = asyncio.SelectorEventLoop
-
-    class TLSLoop(base):  # type: ignore[valid-type,misc]
-        async def create_server(self, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("ssl") is not None:
-                kwargs.setdefault("ssl_handshake_timeout", tls_handshake_timeout)
-            return await super().create_server(*args, **kwargs)
-
-    return TLSLoop
 
 
 def uvicorn_config(
@@ -80,6 +47,7 @@ def uvicorn_config(
     max_connections: int | None = DEFAULT_MAX_CONNECTIONS,
     max_connections_per_peer: int | None = DEFAULT_MAX_CONNECTIONS_PER_PEER,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    max_head_size: int | None = DEFAULT_MAX_HEAD_SIZE,
     **extra: Any,
 ) -> uvicorn.Config:
     """A uvicorn config for serving `app` (an ASGI app or an import string).
@@ -89,16 +57,21 @@ def uvicorn_config(
     `write_timeout`: seconds a WebSocket peer may read nothing of what it is
     sent before its connection is aborted; `control_rate`: pings and pongs a
     peer may send per second before it is closed with 1008 (None: no limit).
-    `max_connections`, `max_connections_per_peer`, `handshake_timeout`: the
-    connection limits of :class:`~openenv_ws.server._guard.ConnectionGuard`
-    (None: no such limit); with TLS (``ssl_certfile`` in `extra`),
-    `handshake_timeout` bounds the TLS handshake too.
+    `max_connections`, `max_connections_per_peer`, `handshake_timeout`,
+    `max_head_size`: the connection limits of
+    :class:`~openenv_ws.server._guard.ConnectionGuard` (None: no such limit);
+    with TLS (``ssl_certfile`` in `extra`) they hold from accept, before the
+    TLS handshake, and `handshake_timeout` bounds that handshake too (see
+    :mod:`~openenv_ws.server._tlsaccept`).
     """
     guard = ConnectionGuard(
         max_connections=max_connections,
         max_per_peer=max_connections_per_peer,
         handshake_timeout=handshake_timeout,
+        max_head_size=max_head_size,
     )
+    # uvicorn takes a loop class as well as a name: with TLS, a class.
+    loop: Any = tls_loop(handshake_timeout) if extra.get("ssl_certfile") else loop_name()
     return uvicorn.Config(
         app,
         host=host,
@@ -107,8 +80,7 @@ def uvicorn_config(
         ws=protocol_class(
             busy_poll=busy_poll, write_timeout=write_timeout, control_rate=control_rate
         ),
-        # A factory, not a name, with TLS (uvicorn takes either).
-        loop=_loop(handshake_timeout if extra.get("ssl_certfile") else None),
+        loop=loop,
         ws_per_message_deflate=False,
         ws_max_size=max_frame_size,
         ws_ping_interval=ping_interval,

@@ -89,3 +89,12 @@ def test_the_cap_fits_under_the_descriptor_limit() -> None:
     assert fit_to_fd_limit(4096, 1 << 20) == 4096
     with pytest.raises(ValueError, match="max_per_peer"):
         ConnectionGuard(max_per_peer=0)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"max_connections": 0}, {"max_per_peer": 0}, {"max_head_size": 0}, {"handshake_timeout": 0}],
+)
+def test_a_limit_below_one_is_refused_by_name(limits: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(limits))):
+        ConnectionGuard(**limits)
