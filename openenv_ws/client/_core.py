@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from .. import palette as palette_mod
+from .._arrays import check_bools
 from .._hosts import is_loopback
 from .._shm import (
     DEFAULT_SIZE,
@@ -58,6 +59,7 @@ from ..protocol import (
     native_wire,
     shared_ext_hook,
 )
+from ..spaces import SpaceError, array_bytes
 from ..wire.compress import ObsUnpacker, available_codecs, mode_name
 from ..wire.decode import compressed_ext_hook
 
@@ -354,7 +356,11 @@ class ClientCore:
         """An observation in the shared region: colour codes expanded straight from
         it, anything else copied out."""
         rgb = self._colours(view)
-        return rgb if rgb is not None else readonly_copy(view)
+        if rgb is not None:
+            return rgb
+        out = readonly_copy(view)
+        check_bools(out)  # (the copy: the server may write the region again meanwhile)
+        return out
 
     @staticmethod
     def is_reply(rid: int, frame: ServerFrame) -> bool:
@@ -397,7 +403,10 @@ class ClientCore:
     def opened(self, frame: ServerFrame) -> Opened:
         """Take the answer to ``open_frame()``: the session's spec, palette and resume token."""
         frame = self._answer_to_open(frame)
-        spec = EnvSpec.from_wire(frame.spec)
+        try:
+            spec = EnvSpec.from_wire(frame.spec)
+        except SpaceError as exc:
+            raise ProtocolError(f"the server's 'opened' spec is malformed: {exc}") from None
         indexed = None
         if frame.palette is not None:
             obs = spec.observation
@@ -408,6 +417,7 @@ class ClientCore:
                     f"the server sent a palette, but its observations ({obs}) are not "
                     "uint8 RGB arrays of shape (..., 3)"
                 )
+        self._check_size(spec)
         unpacker = self._unpacker_for(frame, spec)
         self.session_id = frame.session_id
         self.spec = spec
@@ -417,6 +427,25 @@ class ClientCore:
         self.unpacker = unpacker
         self._set_hook()
         return frame
+
+    @property
+    def rows(self) -> int:
+        """Observations in one reply: a vector session's batch size, else 1."""
+        return self.batch_size or self.num_envs or 1
+
+    def _check_size(self, spec: EnvSpec) -> None:
+        """Refuse a spec whose observations would hold more than this client accepts in
+        one reply (``max_frame_size``, SPEC section 9), before anything is allocated for
+        them: a server's shapes are its word, the limit is the client's."""
+        per_obs = array_bytes(spec.observation)
+        total = per_obs * self.rows
+        if total > self.max_frame_size:
+            each = f" ({self.rows} observations of {per_obs})" if self.rows > 1 else ""
+            raise ProtocolError(
+                f"the server declared observations of {total} bytes per reply{each}, over "
+                f"this client's limit of {self.max_frame_size} bytes; raise the client's "
+                "max_frame_size if such observations are expected"
+            )
 
     def _unpacker_for(self, frame: Opened, spec: EnvSpec) -> ObsUnpacker | None:
         """The decompressor of the codec `frame` chose (None: none), checked against the offer."""
@@ -431,12 +460,12 @@ class ClientCore:
             )
         if frame.delta and not self.want_delta:
             raise ProtocolError("the server chose delta frames, which this client did not offer")
+        # A reply's observations decompress to at most what the spec declares (one per
+        # row of a vector session's batch) and never to more than the client's limit.
         obs = spec.observation
-        limit = (
-            int(np.prod(obs.shape, dtype=object)) * np.dtype(obs.dtype).itemsize
-            if isinstance(obs, ArraySpec)
-            else self.max_frame_size
-        ) * (self.num_envs or 1)  # a vector session's batch: one observation per env
+        limit = self.max_frame_size
+        if isinstance(obs, ArraySpec):
+            limit = min(limit, array_bytes(obs) * self.rows)
         return ObsUnpacker(frame.compress, frame.delta, limit)
 
     @staticmethod
