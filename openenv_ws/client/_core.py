@@ -59,11 +59,11 @@ from ..protocol import (
     native_wire,
     shared_ext_hook,
 )
-from ..spaces import SpaceError, array_bytes
+from ..spaces import Space, SpaceError, array_bytes
 from ..wire.compress import ObsUnpacker, available_codecs, mode_name
 from ..wire.decode import compressed_ext_hook
 
-__all__ = ["DEFAULT", "ClientCore", "StepResult"]
+__all__ = ["DEFAULT", "ClientCore", "StepResult", "check_observation_bytes"]
 
 ObsT = TypeVar("ObsT")
 
@@ -111,6 +111,26 @@ def compression_offer(url: str, compression: str | Sequence[str] | None) -> list
                 f"{', '.join(map(repr, have))}"
             )
     return names
+
+
+def check_observation_bytes(space: Space, rows: int, limit: int) -> None:
+    """Refuse observations of `space`, `rows` per reply (a batch), that would hold more
+    than `limit` bytes (the client's ``max_frame_size``, SPEC section 9), before
+    anything is allocated for them: a server's shapes are its word, the limit is
+    the client's.
+
+    Raises:
+        ProtocolError: naming both sizes and the option to raise.
+    """
+    per_obs = array_bytes(space)
+    total = per_obs * rows
+    if total > limit:
+        each = f"batch ({rows} observations of {per_obs})" if rows > 1 else "reply"
+        raise ProtocolError(
+            f"the server declared observations of {total} bytes per {each}, over "
+            f"this client's limit of {limit} bytes; raise the client's max_frame_size "
+            "if such observations are expected"
+        )
 
 
 @dataclass(slots=True)
@@ -434,18 +454,7 @@ class ClientCore:
         return self.batch_size or self.num_envs or 1
 
     def _check_size(self, spec: EnvSpec) -> None:
-        """Refuse a spec whose observations would hold more than this client accepts in
-        one reply (``max_frame_size``, SPEC section 9), before anything is allocated for
-        them: a server's shapes are its word, the limit is the client's."""
-        per_obs = array_bytes(spec.observation)
-        total = per_obs * self.rows
-        if total > self.max_frame_size:
-            each = f" ({self.rows} observations of {per_obs})" if self.rows > 1 else ""
-            raise ProtocolError(
-                f"the server declared observations of {total} bytes per reply{each}, over "
-                f"this client's limit of {self.max_frame_size} bytes; raise the client's "
-                "max_frame_size if such observations are expected"
-            )
+        check_observation_bytes(spec.observation, self.rows, self.max_frame_size)
 
     def _unpacker_for(self, frame: Opened, spec: EnvSpec) -> ObsUnpacker | None:
         """The decompressor of the codec `frame` chose (None: none), checked against the offer."""

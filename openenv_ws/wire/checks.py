@@ -366,7 +366,11 @@ def _info_columns(info: dict[str, Any], rows: int, path: str) -> None:
             else None
         )
         if got != rows:
-            has = f"{got} rows" if got is not None else f"no rows (a {kind.__name__})"
+            has = (
+                f"no rows (a {kind.__name__})"
+                if got is None
+                else f"{got} row" + ("" if got == 1 else "s")
+            )
             raise ProtocolError(
                 f"column {brief(f'{path}.{key}')} has {has} and 'reward' {rows}; every column of a "
                 "batch, info's included, has one row per env",

@@ -25,7 +25,7 @@ import zstandard
 
 from openenv_ws._arrays import DTYPE_CODES, array_head, ext_header
 from openenv_ws._shm import HEADER, ServerRegion, shared_memory_supported
-from openenv_ws.client import EnvClient
+from openenv_ws.client import EnvClient, VectorEnvClient
 from openenv_ws.client import _core as client_core
 from openenv_ws.client import _ws as client_ws
 from openenv_ws.client.vsession import VectorSessionClient
@@ -87,6 +87,19 @@ class Forger(Scripted):
         """Answer the next request with a result holding `obs`."""
         rid = self.request_id(conn)
         conn.sendall(frame(2, encode_result(rid, obs, 0.0, False, False, False, {})))
+
+
+def opening(spec: dict[str, Any], compress: str | None = None) -> Forger:
+    """A server that answers ``open`` with an ``opened`` of `spec`, then waits for the
+    client's next frame (its close, when it refuses the session)."""
+
+    def script(conn: socket.socket) -> None:
+        rid = server.request_id(conn)
+        conn.sendall(frame(2, encode(Opened(rid, "s", spec=spec, compress=compress))))
+        server.read(conn)
+
+    server = Forger(script)
+    return server
 
 
 # ------------------------------------------------------------------ decompression bombs
@@ -205,6 +218,24 @@ def test_a_vector_batch_above_the_clients_limit_is_refused(
     assert _peak_rss() - before < RSS_BOUND
 
 
+def test_a_batch_of_sessions_above_the_clients_limit_is_refused() -> None:
+    """A vector client of one session per env gathers their observations into one
+    batch: 4 observations of 20 MiB, each within the limit, are 80 MiB together."""
+    spec = {
+        "action": DISCRETE,
+        "observation": {"type": "array", "shape": [20 << 20], "dtype": "uint8"},
+    }
+    servers = [opening(spec) for _ in range(4)]
+    with pytest.raises(
+        ProtocolError, match=r"83886080 bytes per batch \(4 observations of 20971520\)"
+    ):
+        VectorEnvClient(
+            [s.url for s in servers], compression=None, shared_memory=False, timeout=10 * UNIT
+        )
+    for server in servers:
+        server.join()
+
+
 def test_a_client_that_raises_its_limit_takes_a_large_compressed_batch() -> None:
     """The bound is the client's: raised, a legitimate large batch still decodes."""
     spec = {
@@ -227,12 +258,7 @@ def test_a_client_that_raises_its_limit_takes_a_large_compressed_batch() -> None
         conn.sendall(frame(2, encode(Batch(rid, packed, np.zeros(2), flags, flags, ids, {}))))
         server.read(conn)  # the close
 
-    def opened_only(conn: socket.socket) -> None:
-        rid = server.request_id(conn)
-        conn.sendall(frame(2, encode(Opened(rid, "s", spec=spec, compress="zstd"))))
-        server.read(conn)
-
-    server = Forger(opened_only)
+    server = opening(spec, "zstd")
     with pytest.raises(ProtocolError, match=r"over this client's limit of 4194304 bytes"):
         VectorSessionClient(
             server.url, 2, compression="zstd", shared_memory=False, max_frame_size=4 << 20
