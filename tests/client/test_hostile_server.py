@@ -23,11 +23,10 @@ import numpy as np
 import pytest
 import zstandard
 
+from openenv_ws import protocol
 from openenv_ws._arrays import DTYPE_CODES, array_head, ext_header
 from openenv_ws._shm import HEADER, ServerRegion, shared_memory_supported
 from openenv_ws.client import EnvClient, VectorEnvClient
-from openenv_ws.client import _core as client_core
-from openenv_ws.client import _ws as client_ws
 from openenv_ws.client.vsession import VectorSessionClient
 from openenv_ws.errors import ProtocolError
 from openenv_ws.protocol import Batch, Opened, encode
@@ -159,7 +158,7 @@ def test_a_gigabyte_spec_and_a_small_compressed_frame_are_refused(
     server = Forger(script)
     with (
         pytest.raises(ProtocolError, match=r"declared observations of 1000000000 bytes"),
-        EnvClient(
+        EnvClient[Any](
             server.url, compression=codec, shared_memory=False, timeout=10 * UNIT, resume=False
         ) as env,
     ):
@@ -247,7 +246,7 @@ def test_a_client_that_raises_its_limit_takes_a_large_compressed_batch() -> None
     }
     obs = np.zeros((2, 3 << 20), np.uint8)
     obs[1, ::4096] = 7
-    packed = _compressed("zstd", obs.shape, zstandard.ZstdCompressor().compress(obs))
+    packed = _compressed("zstd", obs.shape, zstandard.ZstdCompressor().compress(obs.tobytes()))
 
     def script(conn: socket.socket) -> None:
         rid = server.request_id(conn)
@@ -348,11 +347,11 @@ def _with_region(regions: list[ServerRegion]) -> Callable[[bytes], bytes]:
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Both readers of results: the C one where built, and the Python reference."""
     if request.param == "C reader":
-        if client_core.native_wire is None:
+        if protocol.native_wire is None:
             pytest.skip("openenv_ws._wire is not built here")
-    else:
-        monkeypatch.setattr(client_core, "native_wire", None)
-        monkeypatch.setattr(client_ws, "native_wire", None)
+    else:  # (as the client modules imported it)
+        monkeypatch.setattr("openenv_ws.client._core.native_wire", None)
+        monkeypatch.setattr("openenv_ws.client._ws.native_wire", None)
     yield request.param
 
 
