@@ -28,10 +28,12 @@ from .._shm import (
     DEFAULT_SIZE,
     EXT_SHARED,
     MAX_SIZE,
+    MIN_SHARED_BYTES,
     ClientRegion,
     readonly_copy,
     shared_memory_supported,
 )
+from .._shm import FIRST_PAGE as SHM_FIRST_PAGE
 from .._shm import HEADER as SHM_HEADER
 from ..environment import ArraySpec, EnvSpec
 from ..errors import AuthError, OpenEnvError, ProtocolError, RemoteEnvError, SessionClosed
@@ -253,10 +255,14 @@ class ClientCore:
             return
         if not on_this_host(url):
             return
-        # Two batches of vector observations fit (the two halves of the region).
+        # Two batches of vector observations fit (the two halves of the region); a
+        # half never holds more than the client accepts in a reply (SPEC section 9).
         size = DEFAULT_SIZE if self.num_envs is None else self.num_envs * _REGION_PER_ENV
+        size = min(max(size, DEFAULT_SIZE), MAX_SIZE, SHM_FIRST_PAGE + 2 * self.max_frame_size)
+        if size < SHM_FIRST_PAGE + 2 * MIN_SHARED_BYTES:
+            return  # (what fits such a limit travels inline anyway)
         try:
-            self.shared = ClientRegion(min(max(size, DEFAULT_SIZE), MAX_SIZE))
+            self.shared = ClientRegion(size)
         except OSError as exc:  # out of descriptors or memory: the socket still works
             logger.debug("no shared region for observations: %s", exc)
             return

@@ -367,13 +367,14 @@ def _info_columns(info: dict[str, Any], rows: int, path: str) -> None:
         )
         if got != rows:
             has = (
-                f"no rows (a {kind.__name__})"
+                f"no rows ({kind.__name__})"
                 if got is None
                 else f"{got} row" + ("" if got == 1 else "s")
             )
+            column = brief(f"{path}.{key}")
             raise ProtocolError(
-                f"column {brief(f'{path}.{key}')} has {has} and 'reward' {rows}; every column of a "
-                "batch, info's included, has one row per env",
+                f"column {column} has {has} and 'reward' {rows}; every column of a batch, "
+                "info's included, has one row per env",
                 code="bad_request",
             )
 

@@ -25,8 +25,15 @@ import zstandard
 
 from openenv_ws import protocol
 from openenv_ws._arrays import DTYPE_CODES, array_head, ext_header
-from openenv_ws._shm import HEADER, ServerRegion, shared_memory_supported
+from openenv_ws._shm import (
+    DEFAULT_SIZE,
+    FIRST_PAGE,
+    HEADER,
+    ServerRegion,
+    shared_memory_supported,
+)
 from openenv_ws.client import EnvClient, VectorEnvClient
+from openenv_ws.client._core import ClientCore
 from openenv_ws.client.vsession import VectorSessionClient
 from openenv_ws.errors import ProtocolError
 from openenv_ws.protocol import Batch, Opened, encode
@@ -289,7 +296,7 @@ VECTOR_SPEC = {
         ([0, 1, 2, 3], {"lives": np.array([3, 3], np.int32)}, "'info.lives' has 2 rows"),
         ([1, 0, 3, 2], {"lives": np.array([3, 3], np.int32)}, "'info.lives' has 2 rows"),
         ([1, 0, 3, 2], {"deep": {"x": [1, 2, 3, 4, 5]}}, "'info.deep.x' has 5 rows"),
-        ([0, 1, 2, 3], {"final_obs": 7}, "'info.final_obs' has no rows"),
+        ([0, 1, 2, 3], {"final_obs": 7}, "'info.final_obs' has no rows \\(int\\)"),
     ],
 )
 def test_a_batch_column_of_the_wrong_length_is_a_protocol_error(
@@ -324,7 +331,20 @@ def test_a_batch_column_of_the_wrong_length_is_a_protocol_error(
     server.join()
 
 
-# ------------------------------------------------------------------ bools in the shared region
+# ------------------------------------------------------------------ the shared region
+
+
+@pytest.mark.skipif(not shared_memory_supported(), reason="shared memory needs Linux memfds")
+def test_the_shared_region_holds_no_more_than_the_clients_limit() -> None:
+    """An array in a half of the region is copied out: a half is at most max_frame_size."""
+    regions = {}
+    for limit in (1 << 20, 64 << 20):
+        core = ClientCore({}, token=None, max_frame_size=limit)
+        core.offer_shared_memory("ws://127.0.0.1:1/ws", True)
+        assert core.shared is not None
+        regions[limit] = core.shared.size
+        core.release()
+    assert regions == {1 << 20: FIRST_PAGE + (2 << 20), 64 << 20: DEFAULT_SIZE}
 
 
 def _with_region(regions: list[ServerRegion]) -> Callable[[bytes], bytes]:
