@@ -27,6 +27,7 @@ __all__ = [
     "array_ext_parts",
     "array_ext_payload",
     "array_head",
+    "check_bools",
     "decode_array",
     "ext_header",
     "parse_array_head",
@@ -238,4 +239,15 @@ def _check_bools(payload: bytes | bytearray | memoryview, offset: int) -> None:
     else:
         bad = bool(np.frombuffer(data, np.uint8).max() > 1)
     if bad:
+        raise ProtocolError("bool array holds bytes other than 0 and 1")
+
+
+def check_bools(arr: np.ndarray[Any, Any]) -> None:
+    """Raise unless `arr`, if of dtype bool, holds only the bytes 0 and 1 (an array
+    that arrived another way than ext type 1: from the shared region, decompressed).
+
+    Raises:
+        ProtocolError: a bool array holding another byte.
+    """
+    if arr.dtype.kind == "b" and arr.size and arr.view(np.uint8).max() > 1:
         raise ProtocolError("bool array holds bytes other than 0 and 1")

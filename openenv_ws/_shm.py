@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import msgpack
 import numpy as np
 
-from ._arrays import array_head, parse_array_head, wire_array
+from ._arrays import array_head, check_bools, parse_array_head, wire_array
 from .errors import ProtocolError
 
 __all__ = [
@@ -165,14 +165,25 @@ class ClientRegion:
         return f"{os.getpid()} {self.fd} {self.nonce.hex()}"
 
     def read(self, payload: bytes) -> np.ndarray[Any, Any]:
-        """A read-only copy of the array an ext type 2 payload points at."""
-        return readonly_copy(self.view(payload))
+        """A read-only copy of the array an ext type 2 payload points at (a bool
+        array's copy checked to hold only 0 and 1: the server may write the region
+        again while it is read)."""
+        arr = readonly_copy(self.view(payload))
+        check_bools(arr)
+        return arr
 
     def view(self, payload: bytes) -> np.ndarray[Any, Any]:
         """The array an ext type 2 payload points at, in place (valid until the
-        server writes that half of the region again)."""
+        server writes that half of the region again).
+
+        Raises:
+            ProtocolError: a payload that breaks section 17 (too short, a bad array
+                head, outside the region), or a bool array holding bytes other
+                than 0 and 1 (checked on every call: the bytes are the server's).
+        """
         arr = self._views.get(payload)
         if arr is not None:
+            check_bools(arr)
             return arr
         if len(payload) < 10:
             raise ProtocolError(f"shared array extension of {len(payload)} bytes is too short")
@@ -187,6 +198,7 @@ class ClientRegion:
                 f"{self.size}-byte region"
             )
         arr = np.frombuffer(self._map, dtype, count, offset).reshape(shape)
+        check_bools(arr)
         if len(self._views) >= _MAX_VIEWS:
             self._views.clear()
         self._views[bytes(payload)] = arr

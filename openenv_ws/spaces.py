@@ -37,6 +37,7 @@ __all__ = [
     "SpaceError",
     "TextSpec",
     "TupleSpec",
+    "array_bytes",
     "plain",
     "space_from_wire",
 ]
@@ -423,3 +424,28 @@ def subspaces(space: Space) -> Sequence[Space]:
     if isinstance(space, TupleSpec):
         return space.spaces
     return ()
+
+
+def array_bytes(space: Space) -> int:
+    """The bytes one value of `space` holds in arrays (what a client preallocates for
+    it): an array space's elements, a multi_discrete's and a multi_binary's (one byte
+    each, stacked as int8), 8 for a discrete value, the sum over a dict's or tuple's
+    subspaces; text and json values hold none (they are as long as their frame).
+
+    Exact integers: a shape a server declares may be far beyond any real array.
+    """
+    if isinstance(space, ArraySpec):
+        count = 1
+        for d in space.shape:
+            count *= d
+        return count * np.dtype(space.dtype).itemsize
+    if isinstance(space, MultiDiscreteSpec):
+        return int(space.nvec.size) * np.dtype(space.dtype).itemsize
+    if isinstance(space, MultiBinarySpec):
+        count = 1
+        for d in space.shape:
+            count *= d
+        return count
+    if isinstance(space, DiscreteSpec):
+        return 8
+    return sum(array_bytes(sub) for sub in subspaces(space))

@@ -1461,7 +1461,7 @@ def _malformed_vector() -> Iterator[tuple[str, str, str, bytes, str, int | None,
     ):
         yield name, c, why, data, "bad_request", 4, None
 
-    def batch(reward: bytes, flags: bytes, env_id: bytes) -> bytes:
+    def batch(reward: bytes, flags: bytes, env_id: bytes, *info: bytes) -> bytes:
         return _map(
             _p("op"),
             _p("batch"),
@@ -1475,6 +1475,7 @@ def _malformed_vector() -> Iterator[tuple[str, str, str, bytes, str, int | None,
             flags,
             _p("env_id"),
             env_id,
+            *info,
         )
 
     f64 = _ext(1, _array_payload(11, [2], struct.pack("<2d", 0, 1)))
@@ -1496,6 +1497,17 @@ def _malformed_vector() -> Iterator[tuple[str, str, str, bytes, str, int | None,
             "batch_rows_differ",
             "3 env ids for 2 rewards",
             batch(f64, flags, _ext(1, _array_payload(6, [3], struct.pack("<3i", 0, 1, 2)))),
+        ),
+        (
+            "batch_info_rows_differ",
+            "an info column of 1 row in a batch of 2",
+            batch(
+                f64,
+                flags,
+                ids,
+                _p("info"),
+                _map(_p("lives"), _ext(1, _array_payload(6, [1], struct.pack("<i", 3)))),
+            ),
         ),
     ):
         yield name, s, why, data, "bad_request", 4, None

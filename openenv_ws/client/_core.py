@@ -22,15 +22,18 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from .. import palette as palette_mod
+from .._arrays import check_bools
 from .._hosts import is_loopback
 from .._shm import (
     DEFAULT_SIZE,
     EXT_SHARED,
     MAX_SIZE,
+    MIN_SHARED_BYTES,
     ClientRegion,
     readonly_copy,
     shared_memory_supported,
 )
+from .._shm import FIRST_PAGE as SHM_FIRST_PAGE
 from .._shm import HEADER as SHM_HEADER
 from ..environment import ArraySpec, EnvSpec
 from ..errors import AuthError, OpenEnvError, ProtocolError, RemoteEnvError, SessionClosed
@@ -58,10 +61,11 @@ from ..protocol import (
     native_wire,
     shared_ext_hook,
 )
+from ..spaces import Space, SpaceError, array_bytes
 from ..wire.compress import ObsUnpacker, available_codecs, mode_name
 from ..wire.decode import compressed_ext_hook
 
-__all__ = ["DEFAULT", "ClientCore", "StepResult"]
+__all__ = ["DEFAULT", "ClientCore", "StepResult", "check_observation_bytes"]
 
 ObsT = TypeVar("ObsT")
 
@@ -109,6 +113,26 @@ def compression_offer(url: str, compression: str | Sequence[str] | None) -> list
                 f"{', '.join(map(repr, have))}"
             )
     return names
+
+
+def check_observation_bytes(space: Space, rows: int, limit: int) -> None:
+    """Refuse observations of `space`, `rows` per reply (a batch), that would hold more
+    than `limit` bytes (the client's ``max_frame_size``, SPEC section 9), before
+    anything is allocated for them: a server's shapes are its word, the limit is
+    the client's.
+
+    Raises:
+        ProtocolError: naming both sizes and the option to raise.
+    """
+    per_obs = array_bytes(space)
+    total = per_obs * rows
+    if total > limit:
+        each = f"batch ({rows} observations of {per_obs})" if rows > 1 else "reply"
+        raise ProtocolError(
+            f"the server declared observations of {total} bytes per {each}, over "
+            f"this client's limit of {limit} bytes; raise the client's max_frame_size "
+            "if such observations are expected"
+        )
 
 
 @dataclass(slots=True)
@@ -231,10 +255,14 @@ class ClientCore:
             return
         if not on_this_host(url):
             return
-        # Two batches of vector observations fit (the two halves of the region).
+        # Two batches of vector observations fit (the two halves of the region); a
+        # half never holds more than the client accepts in a reply (SPEC section 9).
         size = DEFAULT_SIZE if self.num_envs is None else self.num_envs * _REGION_PER_ENV
+        size = min(max(size, DEFAULT_SIZE), MAX_SIZE, SHM_FIRST_PAGE + 2 * self.max_frame_size)
+        if size < SHM_FIRST_PAGE + 2 * MIN_SHARED_BYTES:
+            return  # (what fits such a limit travels inline anyway)
         try:
-            self.shared = ClientRegion(min(max(size, DEFAULT_SIZE), MAX_SIZE))
+            self.shared = ClientRegion(size)
         except OSError as exc:  # out of descriptors or memory: the socket still works
             logger.debug("no shared region for observations: %s", exc)
             return
@@ -354,7 +382,11 @@ class ClientCore:
         """An observation in the shared region: colour codes expanded straight from
         it, anything else copied out."""
         rgb = self._colours(view)
-        return rgb if rgb is not None else readonly_copy(view)
+        if rgb is not None:
+            return rgb
+        out = readonly_copy(view)
+        check_bools(out)  # (the copy: the server may write the region again meanwhile)
+        return out
 
     @staticmethod
     def is_reply(rid: int, frame: ServerFrame) -> bool:
@@ -397,7 +429,10 @@ class ClientCore:
     def opened(self, frame: ServerFrame) -> Opened:
         """Take the answer to ``open_frame()``: the session's spec, palette and resume token."""
         frame = self._answer_to_open(frame)
-        spec = EnvSpec.from_wire(frame.spec)
+        try:
+            spec = EnvSpec.from_wire(frame.spec)
+        except SpaceError as exc:
+            raise ProtocolError(f"the server's 'opened' spec is malformed: {exc}") from None
         indexed = None
         if frame.palette is not None:
             obs = spec.observation
@@ -408,6 +443,7 @@ class ClientCore:
                     f"the server sent a palette, but its observations ({obs}) are not "
                     "uint8 RGB arrays of shape (..., 3)"
                 )
+        self._check_size(spec)
         unpacker = self._unpacker_for(frame, spec)
         self.session_id = frame.session_id
         self.spec = spec
@@ -417,6 +453,14 @@ class ClientCore:
         self.unpacker = unpacker
         self._set_hook()
         return frame
+
+    @property
+    def rows(self) -> int:
+        """Observations in one reply: a vector session's batch size, else 1."""
+        return self.batch_size or self.num_envs or 1
+
+    def _check_size(self, spec: EnvSpec) -> None:
+        check_observation_bytes(spec.observation, self.rows, self.max_frame_size)
 
     def _unpacker_for(self, frame: Opened, spec: EnvSpec) -> ObsUnpacker | None:
         """The decompressor of the codec `frame` chose (None: none), checked against the offer."""
@@ -431,12 +475,12 @@ class ClientCore:
             )
         if frame.delta and not self.want_delta:
             raise ProtocolError("the server chose delta frames, which this client did not offer")
+        # A reply's observations decompress to at most what the spec declares (one per
+        # row of a vector session's batch) and never to more than the client's limit.
         obs = spec.observation
-        limit = (
-            int(np.prod(obs.shape, dtype=object)) * np.dtype(obs.dtype).itemsize
-            if isinstance(obs, ArraySpec)
-            else self.max_frame_size
-        ) * (self.num_envs or 1)  # a vector session's batch: one observation per env
+        limit = self.max_frame_size
+        if isinstance(obs, ArraySpec):
+            limit = min(limit, array_bytes(obs) * self.rows)
         return ObsUnpacker(frame.compress, frame.delta, limit)
 
     @staticmethod

@@ -89,7 +89,9 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             ``Authorization: Bearer`` with every request.
         open_timeout: seconds to connect and open the session (None: no limit).
         timeout: default seconds to wait for each reply (None: no limit).
-        max_frame_size: largest reply accepted, in bytes.
+        max_frame_size: largest reply accepted, in bytes; it also bounds the
+            observations of one reply as decoded (decompressed, or read from
+            the shared region), whatever the server's spec declares.
         encoding: ``"msgpack"`` (the protocol frames themselves) or ``"json"``
             (their JSON view, for debugging and for proxies that only pass
             text).

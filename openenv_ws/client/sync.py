@@ -198,7 +198,9 @@ class EnvClient(SocketSession, BlockingSession[ObsT]):
             ``OPENENV_WS_TOKEN`` environment variable).
         open_timeout: seconds to connect and open the session (None: no limit).
         timeout: default seconds to wait for each reply (None: no limit).
-        max_frame_size: largest reply accepted, in bytes.
+        max_frame_size: largest reply accepted, in bytes; it also bounds the
+            observations of one reply as decoded (decompressed, or read from
+            the shared region), whatever the server's spec declares.
         busy_poll: seconds to spin before sleeping while waiting for a reply
             (0: never spin). Spinning costs client CPU and saves the kernel's
             wake-up latency, which dominates step latency on some VMs.

@@ -39,7 +39,7 @@ from ._batch import (
     parse_autoreset_mode,
     seeds_for,
 )
-from ._core import DEFAULT, ClientCore
+from ._core import DEFAULT, ClientCore, check_observation_bytes
 from ._idle import CallGuard, keep_alive
 from ._slot import EnvSlot, Pending
 from ._tls import secure_transport
@@ -80,7 +80,9 @@ class VectorEnvClient:
         token: bearer token (default: ``OPENENV_WS_TOKEN``).
         open_timeout: seconds to connect and open all sessions.
         timeout: default seconds :meth:`recv` and :meth:`step` wait (None: no limit).
-        max_frame_size: largest reply accepted, in bytes.
+        max_frame_size: largest reply accepted, in bytes; it also bounds the
+            observations of one reply as decoded (decompressed, or read from
+            the shared region), whatever the server's spec declares.
         busy_poll: seconds to poll the sockets without sleeping before
             waiting in the kernel (0: never spin). Spinning costs client CPU
             and spares the server a wake-up per reply.
@@ -183,6 +185,8 @@ class VectorEnvClient:
         self._errors: list[tuple[int, BaseException]] = []
         try:
             self._open_all(open_timeout)
+            # Each env's reply is within the limit; the batch of all of them must be too.
+            check_observation_bytes(self.spec.observation, n, max_frame_size)
         except BaseException:
             self._abort()
             raise

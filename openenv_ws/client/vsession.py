@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import check_bools
 from ..environment import AUTORESET_MODES, ArraySpec
 from ..errors import EnvConfigError, InvalidState, ProtocolError
 from ..protocol import Batch, Reset, Send, ServerFrame, StateReply, Step, encode
@@ -387,6 +388,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
             np.copyto(target, obs)
         else:
             target[order] = obs
+        check_bools(target)  # (the copy: the region's bytes may change under a view)
         return target
 
     def __enter__(self) -> VectorSessionClient:

@@ -13,6 +13,7 @@ from typing import Any, TypeAlias
 import msgpack
 import numpy as np
 
+from ..brief import brief
 from ..errors import ProtocolError
 from ..palette import PALETTE_BYTES
 from . import frames
@@ -346,6 +347,36 @@ def _batch_rows(frame: Any) -> None:
             f"{rows} observations on its first axis",
             code="bad_request",
         )
+    _info_columns(frame.info, rows, "info")
+
+
+def _info_columns(info: dict[str, Any], rows: int, path: str) -> None:
+    """Every value of a batch's `info` (nested maps included) is a column of `rows`
+    rows: an array with `rows` on its first axis or a list of `rows` items."""
+    for key, value in info.items():
+        kind = type(value)
+        if kind is dict:
+            _info_columns(value, rows, f"{path}.{key}")
+            continue
+        got = (
+            len(value)
+            if kind is list
+            else value.shape[0]
+            if kind is np.ndarray and value.ndim
+            else None
+        )
+        if got != rows:
+            has = (
+                f"no rows ({kind.__name__})"
+                if got is None
+                else f"{got} row" + ("" if got == 1 else "s")
+            )
+            column = brief(f"{path}.{key}")
+            raise ProtocolError(
+                f"column {column} has {has} and 'reward' {rows}; every column of a batch, "
+                "info's included, has one row per env",
+                code="bad_request",
+            )
 
 
 #: Checks across the fields of one frame, run after each field's own check.

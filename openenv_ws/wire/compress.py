@@ -7,8 +7,9 @@ dtype and shape) and the compressed element bytes. In *delta* mode a frame
 may carry the XOR of the observation with the previous one the client
 decoded (mostly zero bytes for an Atari screen, so it compresses to a few
 hundred bytes); key frames carry the observation itself. Decompression is
-bounded: a declared size beyond the session's observation size is refused
-before anything is allocated.
+bounded: a declared size beyond what the client accepts (the session's
+observation size, never above its ``max_frame_size``) is refused before
+anything is allocated, and a zstd frame's own content size must match it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._arrays import array_head, ext_header, parse_array_head, wire_array
+from .._arrays import array_head, check_bools, ext_header, parse_array_head, wire_array
 from ..errors import ProtocolError
 
 __all__ = [
@@ -192,7 +193,8 @@ class ObsPacker:
 
 class ObsUnpacker:
     """The client side of a compressed session: decompresses observations (bounded by
-    `max_bytes`, the session's observation size) and applies delta frames."""
+    `max_bytes`: the client's own limit, never what the server declares) and applies
+    delta frames."""
 
     __slots__ = ("_base", "_codec", "_dctx", "_lz4", "codec", "delta", "max_bytes", "serial")
 
@@ -251,7 +253,8 @@ class ObsUnpacker:
         if size > self.max_bytes:
             raise ProtocolError(
                 f"compressed array declares {size} bytes (shape {shape}, {dtype.name}); "
-                f"this session's observations hold at most {self.max_bytes}"
+                f"this client accepts at most {self.max_bytes} (its max_frame_size, or less "
+                "when the session's observations are smaller)"
             )
         base = None
         if flags & DELTA:
@@ -274,8 +277,7 @@ class ObsUnpacker:
             arr = np.bitwise_xor(arr, base.reshape(-1).view(np.uint8))
             arr.flags.writeable = False
         arr = arr.view(dtype).reshape(shape)
-        if dtype.kind == "b" and count and arr.view(np.uint8).max() > 1:
-            raise ProtocolError("bool array holds bytes other than 0 and 1")
+        check_bools(arr)
         if self.delta:
             self._base = arr
         self.serial = serial

@@ -249,6 +249,7 @@ MESSAGES = {
     "batch_reward_list": "field 'reward' must be a 1-d array of float64, got list",
     "batch_env_id_int64": "field 'env_id' must be a 1-d array of int32, got an array of int64",
     "batch_rows_differ": "field 'env_id' has 3 rows and 'reward' 2",
+    "batch_info_rows_differ": "column 'info.lives' has 1 row and 'reward' 2",
 }
 
 
