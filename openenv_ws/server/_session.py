@@ -137,6 +137,7 @@ class ServerSession:
         "machine",
         "packer",
         "palette",
+        "peer",
         "replay",
         "resume_token",
         "session_id",
@@ -205,6 +206,9 @@ class ServerSession:
         self.vector: VectorSession | None = None
         #: Sessions' worth of capacity it takes: its envs (1 for a single session).
         self.weight = 1
+        #: The client's address, set by the transport before ``open`` (per-peer
+        #: quotas, ``max_sessions_per_peer``); None: unknown, not counted per peer.
+        self.peer: str | None = None
 
     # ------------------------------------------------------------------ entry points
 

@@ -47,6 +47,14 @@ class ServerLimits:
         compression: codecs observations sent inline may be compressed with,
             preferred first, for clients that offer them (SPEC section 19);
             empty: never compress.
+        max_sessions_per_peer: sessions (weighed as for ``max_sessions``) one
+            client address may hold at once, WebSocket and HTTP together; the
+            next ``open`` from it gets ``capacity``. None: a quarter of
+            ``max_sessions``, and never less than one vector session of
+            ``max_envs`` (see :attr:`peer_quota`).
+        http_unused_ttl: seconds an HTTP session may wait for its first request
+            after the one that opened it before it is closed (an open nobody
+            uses); None: only ``http_session_ttl`` applies.
     """
 
     max_sessions: int = 1024
@@ -61,6 +69,15 @@ class ServerLimits:
     cold_open_queue: int = 256
     open_timeout: float | None = 60.0
     compression: tuple[str, ...] = ("zstd", "lz4")
+    max_sessions_per_peer: int | None = None
+    http_unused_ttl: float | None = 30.0
+
+    @property
+    def peer_quota(self) -> int:
+        """The sessions one client address may hold (``max_sessions_per_peer`` or its default)."""
+        if self.max_sessions_per_peer is not None:
+            return self.max_sessions_per_peer
+        return min(self.max_sessions, max(self.max_sessions // 4, self.max_envs))
 
 
 @dataclass(slots=True)
@@ -77,6 +94,8 @@ class SessionRegistry:
     #: Per compression mode (e.g. ``"zstd+delta"``): [element bytes of the
     #: observations compressed, bytes they took on the wire] (SPEC section 19).
     observation_bytes: dict[str, list[int]] = field(default_factory=dict)
+    #: What the active sessions of each client address weigh (``max_sessions_per_peer``).
+    peers: dict[str, int] = field(default_factory=dict)
 
     def refusal(self, weight: int) -> tuple[str, str] | None:
         """Why a session of `weight` envs would not be admitted now (``capacity``), or None."""
@@ -89,12 +108,39 @@ class SessionRegistry:
             "retry later or use another server",
         )
 
+    def peer_refusal(self, peer: str | None, weight: int) -> tuple[str, str] | None:
+        """Why client address `peer` may not take a session of `weight` envs more
+        (``capacity``), or None; a session of unknown address is not counted per peer."""
+        if peer is None:
+            return None
+        quota = self.limits.peer_quota
+        held = self.peers.get(peer, 0)
+        if held + weight <= quota:
+            return None
+        return (
+            "capacity",
+            f"this client address holds {held} of the {quota} sessions one address may hold "
+            f"(--max-sessions-per-peer; WebSocket and HTTP sessions count, each env of a vector "
+            "session as one); close some or retry later",
+        )
+
+    def _count_peer(self, session: ServerSession, sign: int) -> None:
+        peer = session.peer
+        if peer is None:
+            return
+        held = self.peers.get(peer, 0) + sign * session.weight
+        if held > 0:
+            self.peers[peer] = held
+        else:
+            self.peers.pop(peer, None)
+
     def admit(self, session: ServerSession) -> tuple[str, str] | None:
         """Take `session` in, or say why not (``capacity``)."""
         weight = session.weight
-        refused = self.refusal(weight)
+        refused = self.refusal(weight) or self.peer_refusal(session.peer, weight)
         if refused is not None:
             return refused
+        self._count_peer(session, 1)
         self.active.add(session)
         self.envs += weight
         self.opened_total += 1
@@ -106,6 +152,7 @@ class SessionRegistry:
         if session in self.active:
             self.active.discard(session)
             self.envs -= session.weight
+            self._count_peer(session, -1)
         if self.on_change is not None:
             self.on_change(self)
 

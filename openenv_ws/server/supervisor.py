@@ -189,6 +189,7 @@ class SupervisedSession(ServerSession):
             self._gate(frame)
             or super().open_refusal(frame)
             or self._sup.registry.refusal(frame.num_envs or 1)
+            or self._sup.registry.peer_refusal(self.peer, frame.num_envs or 1)
         )
 
     def serve_open(self, frame: Open) -> FrameReply:
@@ -263,6 +264,7 @@ class Supervisor:
             peer=_peer(scope),
         )
         link.session = SupervisedSession(self, link)
+        link.session.peer = link.peer  # per-peer quotas (the registry's)
         self.links.add(link)
         if self.draining:
             link.end(DRAIN)
