@@ -319,7 +319,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="sessions one client address may hold at once, WebSocket and HTTP together "
         "(counted as --max-sessions); the next open from it gets 'capacity' (default: a "
-        "quarter of --max-sessions, at least --max-envs)",
+        "quarter of --max-sessions, at least twice --max-envs)",
     )
     serve.add_argument(
         "--max-envs",

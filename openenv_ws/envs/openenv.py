@@ -99,6 +99,9 @@ HANDOVER_ENV = "OPENENV_WS_OPENENV_HANDOVER"
 #: concurrent is handed to a newcomer asking for it.
 DEFAULT_HANDOVER = 10.0
 
+#: The name of the warm pool's thread, which builds spares (openenv_ws.server.pool).
+_SPARES_THREAD = "openenv-ws-warm-pool"
+
 #: Longest message a validation error gives (a hostile action may be huge).
 _MAX_WHY = 600
 
@@ -161,6 +164,13 @@ class OpenEnvApp:
         """
         if self.concurrent:
             return
+        if threading.current_thread().name == _SPARES_THREAD:
+            # A spare would hold the one instance with no session using it, and take it
+            # from an idle session for nobody: the warm pool keeps none of it.
+            raise InvalidState(
+                f"{self.env_cls.__name__} hosts one session at a time: not kept warm",
+                code="capacity",
+            )
         with self._gate:
             holder = self._holder
             if holder is not None:

@@ -50,8 +50,9 @@ class ServerLimits:
         max_sessions_per_peer: sessions (weighed as for ``max_sessions``) one
             client address may hold at once, WebSocket and HTTP together; the
             next ``open`` from it gets ``capacity``. None: a quarter of
-            ``max_sessions``, and never less than one vector session of
-            ``max_envs`` (see :attr:`peer_quota`).
+            ``max_sessions``, and never less than two vector sessions of
+            ``max_envs`` (a client may hold one beside a few others; see
+            :attr:`peer_quota`).
         http_unused_ttl: seconds an HTTP session may wait for its first request
             after the one that opened it before it is closed (an open nobody
             uses); None: only ``http_session_ttl`` applies.
@@ -77,7 +78,7 @@ class ServerLimits:
         """The sessions one client address may hold (``max_sessions_per_peer`` or its default)."""
         if self.max_sessions_per_peer is not None:
             return self.max_sessions_per_peer
-        return min(self.max_sessions, max(self.max_sessions // 4, self.max_envs))
+        return min(self.max_sessions, max(self.max_sessions // 4, 2 * self.max_envs))
 
 
 @dataclass(slots=True)

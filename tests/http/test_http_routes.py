@@ -317,8 +317,9 @@ def test_one_address_holds_at_most_its_share_of_the_sessions() -> None:
         assert "3 of the 3" in error.message, error.message
 
 
-def test_the_default_share_is_a_quarter_and_at_least_one_vector_session() -> None:
+def test_the_default_share_is_a_quarter_and_at_least_two_vector_sessions() -> None:
     assert ServerLimits().peer_quota == 256
-    assert ServerLimits(max_sessions=200).peer_quota == 64  # --max-envs 64
+    assert ServerLimits(max_sessions=200).peer_quota == 128  # twice --max-envs (64)
+    assert ServerLimits(max_sessions=200, max_envs=16).peer_quota == 50
     assert ServerLimits(max_sessions=2).peer_quota == 2
     assert ServerLimits(max_sessions=200, max_sessions_per_peer=10).peer_quota == 10
