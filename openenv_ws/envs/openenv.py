@@ -177,7 +177,7 @@ class OpenEnvApp:
                 idle = holder.idle_for()
                 if self.handover is None or idle is None or idle < self.handover:
                     raise InvalidState(self._taken_message(), code="capacity")
-                # Handed over: the holder's next call is refused (see OpenEnvEnvironment.enter).
+                # Handed over: the holder's next call is refused (OpenEnvEnvironment._call).
                 holder.evicted = idle
                 released = holder.release_locked()
             else:

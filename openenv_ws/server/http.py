@@ -253,7 +253,14 @@ class HTTPSessionStore:
         """Serve a request frame of `session` as a WebSocket message would be: an open that
         builds its environment waits its turn (`peer`: the client's address), a call of an
         environment that is not inline runs on the session's worker thread under the
-        ``step_timeout`` deadline."""
+        ``step_timeout`` deadline. An open the session limits refuse anyway is refused
+        before it waits or builds anything."""
+        if session.env is None and type(frame) is Open:
+            weight = frame.num_envs or 1
+            registry = self.registry
+            refused = registry.refusal(weight) or registry.peer_refusal(session.peer, weight)
+            if refused is not None:
+                return session.error(frame.id, *refused)
         if session.env is None and self.cold_opens is not None:
             return await self.cold_opens.serve(session, frame, peer)
         if session.inline or session.env is None:
