@@ -83,6 +83,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ("--max-envs", args.max_envs),
         ("--max-engine-threads", args.max_engine_threads or 1),
         ("--max-stuck-calls", args.max_stuck_calls or 1),
+        (
+            "--max-sessions-per-peer",
+            1 if args.max_sessions_per_peer is None else args.max_sessions_per_peer,
+        ),
     ):
         if count < 1:
             raise SystemExit(f"{flag} must be at least 1, got {count}")
@@ -102,6 +106,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         resume_grace=args.grace,
         drain_timeout=args.drain_timeout,
         http_session_ttl=args.http_session_ttl or None,
+        http_unused_ttl=args.http_unused_ttl or None,
+        max_sessions_per_peer=args.max_sessions_per_peer,
         open_timeout=args.open_timeout or None,
         step_timeout=args.step_timeout or None,
         cold_open_share=args.cold_open_share,
@@ -343,6 +349,15 @@ def _parser() -> argparse.ArgumentParser:
         "(each env of a vector session counts as one)",
     )
     serve.add_argument(
+        "--max-sessions-per-peer",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sessions one client address may hold at once, WebSocket and HTTP together "
+        "(counted as --max-sessions); the next open from it gets 'capacity' (default: a "
+        "quarter of --max-sessions, at least twice --max-envs)",
+    )
+    serve.add_argument(
         "--max-envs",
         type=int,
         default=64,
@@ -385,6 +400,14 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=300.0,
         help="close HTTP sessions (fallback and OpenEnv routes) idle this many seconds (0: never)",
+    )
+    serve.add_argument(
+        "--http-unused-ttl",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close HTTP sessions that get no request after the one that opened them within "
+        "this many seconds (0: only --http-session-ttl; default 30)",
     )
     serve.add_argument(
         "--log-level",

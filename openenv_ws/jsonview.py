@@ -42,10 +42,12 @@ from .protocol import (
     server_frame_from_map,
 )
 from .wire.compress import CompressedArray
+from .wire.limits import MAX_DEPTH, MAX_SPEC_DEPTH
 
 __all__ = [
     "ARRAY_TAG",
     "BYTES_TAG",
+    "MAX_JSON_DEPTH",
     "client_frame_from_json",
     "frame_to_json",
     "from_json_value",
@@ -57,6 +59,11 @@ __all__ = [
 ARRAY_TAG = "$ndarray"
 #: Key of the tagged object that stands for binary data.
 BYTES_TAG = "$bytes"
+
+#: How many levels of lists/objects a JSON body may nest, the frame's own object counting
+#: as level 1: a frame, a spec (the deepest value, protocol section 9) and a tagged array
+#: or bytes object in it. Deeper bodies are refused (``bad_frame``) before being walked.
+MAX_JSON_DEPTH = 2 + MAX_SPEC_DEPTH
 
 _DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
 _ARRAY_KEYS = frozenset({ARRAY_TAG, "shape", "data"})
@@ -131,22 +138,43 @@ def _array_from_json(obj: dict[str, Any]) -> np.ndarray[Any, Any]:
     return decode_array(head + data)
 
 
-def from_json_value(value: Any) -> Any:
+def from_json_value(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Parsed JSON as a protocol value: tagged objects become arrays and bytes.
 
+    Args:
+        max_depth: how many levels of lists and objects `value` may nest (itself
+            counting as level 1); deeper is refused before it is walked.
+
     Raises:
-        ProtocolError: a tagged object that is not a valid array or base64 string.
+        ProtocolError: a tagged object that is not a valid array or base64 string,
+            or a value nested deeper than `max_depth`.
     """
+    return _from_json(value, max_depth)
+
+
+def _from_json(value: Any, levels: int) -> Any:
     kind = type(value)
     if kind is dict:
+        if levels <= 0:
+            raise _too_deep()
         if ARRAY_TAG in value and value.keys() == _ARRAY_KEYS:
             return _array_from_json(value)
         if BYTES_TAG in value and len(value) == 1:
             return _b64(value[BYTES_TAG], "bytes")
-        return {k: from_json_value(v) for k, v in value.items()}
+        return {k: _from_json(v, levels - 1) for k, v in value.items()}
     if kind is list:
-        return [from_json_value(v) for v in value]
+        if levels <= 0:
+            raise _too_deep()
+        return [_from_json(v, levels - 1) for v in value]
     return value
+
+
+def _too_deep() -> ProtocolError:
+    return ProtocolError(
+        f"the JSON body nests lists/objects deeper than {MAX_JSON_DEPTH} levels "
+        f"(free-form values may nest {MAX_DEPTH}, a spec {MAX_SPEC_DEPTH}; protocol section 9)",
+        code="bad_frame",
+    )
 
 
 # --------------------------------------------------------------------------- frames
@@ -164,7 +192,9 @@ def frame_to_json(frame: ClientFrame | ServerFrame) -> bytes:
 def _parse(data: bytes | bytearray | str, defaults: dict[str, Any] | None) -> dict[str, Any]:
     try:
         obj = json.loads(data) if data else {}
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError as exc:
         raise ProtocolError(f"the body is not valid JSON ({exc})") from None
     if type(obj) is not dict:
         raise ProtocolError(f"the JSON body must be an object, got {type(obj).__name__}")

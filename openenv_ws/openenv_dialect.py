@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .brief import brief_keys
 from .errors import ProtocolError
 from .protocol import Result
 
@@ -132,11 +133,11 @@ def action_from_openenv(data: Any, *, model: bool = False) -> Any:
             f"got {type(data).__name__}",
             code="bad_request",
         )
-    unknown = sorted(set(data) - ACTION_KEYS)
+    unknown = [key for key in data if key not in ACTION_KEYS]
     if unknown:
         raise ProtocolError(
-            f"unknown action field(s) {', '.join(unknown)}; an action holds 'action_id' "
-            "(discrete actions) or 'action'",
+            f"unknown action field(s) {brief_keys(unknown, most=4)}; an action holds "
+            "'action_id' (discrete actions) or 'action'",
             code="bad_request",
         )
     if "action_id" in data:

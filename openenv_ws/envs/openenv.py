@@ -27,7 +27,12 @@ Observation models, named by class; ``spec.extra`` holds ``state_schema`` and
   ``done``, ``info`` its ``metadata``.
 - An environment whose class does not set ``SUPPORTS_CONCURRENT_SESSIONS``
   gets one session at a time per server process: a second ``open`` meanwhile
-  is refused with ``capacity`` (retry later; ``serve --workers N`` gives N).
+  is refused with ``capacity`` (retry later; ``serve --workers N`` gives N),
+  unless the session holding it has had no call for the handover window
+  (``--openenv-handover`` / :data:`HANDOVER_ENV`, default
+  :data:`DEFAULT_HANDOVER` s): then the newcomer gets the environment and the
+  idle session's next request gets ``idle_timeout`` (a stray ``POST /reset``
+  does not lock the environment for the HTTP session TTL).
   OpenEnv's ``GET /schema`` and ``/metadata`` read the spec of a built instance
   (until an OpenEnv client opened a session): meanwhile they say ``capacity`` too.
 - Calls run on the session's worker thread under the server's per-call
@@ -52,8 +57,9 @@ import importlib
 import inspect
 import os
 import threading
+import time
 import typing
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +74,8 @@ from ..spaces import JsonSpec
 __all__ = [
     "ACTION_ENV",
     "APP_ENV",
+    "DEFAULT_HANDOVER",
+    "HANDOVER_ENV",
     "INLINE_ENV",
     "OBSERVATION_ENV",
     "OpenEnvApp",
@@ -85,6 +93,14 @@ ACTION_ENV = "OPENENV_WS_OPENENV_ACTION"
 OBSERVATION_ENV = "OPENENV_WS_OPENENV_OBSERVATION"
 #: Environment variable: ``1`` when the environment's calls may run on the event loop.
 INLINE_ENV = "OPENENV_WS_OPENENV_INLINE"
+#: Environment variable: the handover window in seconds (``0``: never hand over).
+HANDOVER_ENV = "OPENENV_WS_OPENENV_HANDOVER"
+#: Seconds without a call after which the one session of an environment that is not
+#: concurrent is handed to a newcomer asking for it.
+DEFAULT_HANDOVER = 10.0
+
+#: The name of the warm pool's thread, which builds spares (openenv_ws.server.pool).
+_SPARES_THREAD = "openenv-ws-warm-pool"
 
 #: Longest message a validation error gives (a hostile action may be huge).
 _MAX_WHY = 600
@@ -110,6 +126,8 @@ class OpenEnvApp:
         action_cls, observation_cls: the Pydantic Action and Observation classes.
         env_cls: the environment's class (its ``SUPPORTS_CONCURRENT_SESSIONS`` decides).
         inline: call the environment on the event loop (its calls are short).
+        handover: seconds without a call after which the one instance of an
+            environment that is not concurrent goes to a newcomer (None: never).
     """
 
     factory: Callable[[], Any]
@@ -117,9 +135,10 @@ class OpenEnvApp:
     observation_cls: type[Any]
     env_cls: type[Any]
     inline: bool = False
+    handover: float | None = DEFAULT_HANDOVER
     _spec: EnvSpec | None = field(default=None, repr=False)
     _gate: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _busy: bool = field(default=False, repr=False)
+    _holder: OpenEnvEnvironment | None = field(default=None, repr=False)
     _single: ThreadPoolExecutor | None = field(default=None, repr=False)
 
     @property
@@ -136,24 +155,56 @@ class OpenEnvApp:
                 self._single = ThreadPoolExecutor(1, thread_name_prefix="openenv-ws-openenv")
         return self._single.submit(fn, *args, **kwargs).result()
 
-    def take(self) -> None:
-        """Take the one session of an environment that is not concurrent."""
+    def take(self, env: OpenEnvEnvironment) -> None:
+        """Take the one instance of an environment that is not concurrent for `env`;
+        an instance idle for the handover window is taken from its holder.
+
+        Raises:
+            InvalidState: (``capacity``) the holder is in a call or was called lately.
+        """
         if self.concurrent:
             return
+        if threading.current_thread().name == _SPARES_THREAD:
+            # A spare would hold the one instance with no session using it, and take it
+            # from an idle session for nobody: the warm pool keeps none of it.
+            raise InvalidState(
+                f"{self.env_cls.__name__} hosts one session at a time: not kept warm",
+                code="capacity",
+            )
         with self._gate:
-            if self._busy:
-                raise InvalidState(
-                    f"{self.env_cls.__name__} does not declare SUPPORTS_CONCURRENT_SESSIONS, so "
-                    "this server process hosts one session of it at a time and one is open; "
-                    "retry when it closes (openenv-ws serve --workers N hosts N)",
-                    code="capacity",
-                )
-            self._busy = True
+            holder = self._holder
+            if holder is not None:
+                idle = holder.idle_for()
+                if self.handover is None or idle is None or idle < self.handover:
+                    raise InvalidState(self._taken_message(), code="capacity")
+                # Handed over: the holder's next call is refused (OpenEnvEnvironment._call).
+                holder.evicted = idle
+                released = holder.release_locked()
+            else:
+                released = None
+            self._holder = env
+            env._holding = True
+        if released is not None:
+            _close_resources(self, *released)
 
-    def give(self) -> None:
+    def _taken_message(self) -> str:
+        after = (
+            f"; a session without a request for {self.handover:g} s is handed over"
+            if self.handover is not None
+            else ""
+        )
+        return (
+            f"{self.env_cls.__name__} does not declare SUPPORTS_CONCURRENT_SESSIONS, so "
+            "this server process hosts one session of it at a time and one is in use; "
+            f"retry later (openenv-ws serve --workers N hosts N){after}"
+        )
+
+    def give(self, env: OpenEnvEnvironment) -> None:
+        """`env` no longer needs the one instance (it closed)."""
         if not self.concurrent:
             with self._gate:
-                self._busy = False
+                if self._holder is env:
+                    self._holder = None
 
     def spec(self, env: Any) -> EnvSpec:
         """The spec of the app's sessions (made once, from the first instance)."""
@@ -244,8 +295,10 @@ def load_app(
     observation_cls: Any = None,
     *,
     inline: bool = False,
+    handover: float | None = DEFAULT_HANDOVER,
 ) -> OpenEnvApp:
-    """An :class:`OpenEnvApp` from the environment class or factory and its model classes.
+    """An :class:`OpenEnvApp` from the environment class or factory and its model classes
+    (`handover`: see :attr:`OpenEnvApp.handover`).
 
     Each may be the object or a ``module:attr`` string. Without the classes,
     they come from the environment's annotations (``Environment[Act, Obs,
@@ -286,7 +339,7 @@ def load_app(
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise EnvConfigError(f"{cls!r} is not an openenv-core {what} class")
         classes.append(cls)
-    return OpenEnvApp(factory, classes[0], classes[1], env_cls, inline=inline)
+    return OpenEnvApp(factory, classes[0], classes[1], env_cls, inline=inline, handover=handover)
 
 
 class _Loop:
@@ -425,10 +478,17 @@ class OpenEnvEnvironment(Environment):
         self._deserialize = deserialize_action
         self._observation = Observation
         self._refused = ValidationError
-        app.take()
-        self._holding = True
         self._loop: _Loop | None = None
         self._stack: contextlib.AsyncExitStack | None = None
+        self._env: Any = None
+        # Calls in progress (the build counts as one) and when the last one ended
+        # (monotonic s); both under the app's gate.
+        self._calls = 1
+        self._last = time.monotonic()
+        #: Seconds it had been idle when its environment was handed to another session.
+        self.evicted: float | None = None
+        self._holding = False  # holds the one instance of an app that is not concurrent
+        app.take(self)
         try:
             self._env = app.run(app.factory)
             self._spec: EnvSpec = app.run(app.spec, self._env)
@@ -442,6 +502,10 @@ class OpenEnvEnvironment(Environment):
         except BaseException:
             self.close()
             raise
+        finally:
+            with app._gate:
+                self._calls -= 1
+                self._last = time.monotonic()
         self.inline = app.inline and self._loop is None
 
     @property
@@ -460,13 +524,49 @@ class OpenEnvEnvironment(Environment):
             kwargs["seed"] = seed
         if episode_id is not None:
             kwargs["episode_id"] = episode_id
-        env = self._env
-        if self._async_reset:
-            assert self._loop is not None
-            observation = self._loop.run(env.reset_async(**_accepted(env.reset_async, kwargs)))
-        else:
-            observation = self._app.run(env.reset, **_accepted(env.reset, kwargs))
+        with self._call():
+            env = self._env
+            if self._async_reset:
+                assert self._loop is not None
+                observation = self._loop.run(env.reset_async(**_accepted(env.reset_async, kwargs)))
+            else:
+                observation = self._app.run(env.reset, **_accepted(env.reset, kwargs))
         return self._result(observation)
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        """A call of the environment: refused once it was handed over, never handed over
+        while it runs; its end is the time the idle window counts from."""
+        gate = self._app._gate
+        with gate:
+            if self.evicted is not None:
+                raise InvalidState(
+                    f"this session sent no request for {self.evicted:.0f} s and its "
+                    f"{self._app.env_cls.__name__} (one session at a time) was handed to "
+                    "another client; open a new session",
+                    code="idle_timeout",
+                )
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with gate:
+                self._calls -= 1
+                self._last = time.monotonic()
+
+    def idle_for(self) -> float | None:
+        """Seconds since its last call ended; None while one runs. Under the app's gate."""
+        if self._calls:
+            return None
+        return time.monotonic() - self._last
+
+    def release_locked(self) -> tuple[Any, _Loop | None, contextlib.AsyncExitStack | None]:
+        """Give up the OpenEnv instance (and its loop): returned for the caller to close
+        outside the app's gate, which the caller holds."""
+        released = (self._env, self._loop, self._stack)
+        self._env = self._loop = self._stack = None
+        self._holding = False
+        return released
 
     def step(self, action: Any, *, obs: bool = True) -> EnvResult:
         cls = self._app.action_cls
@@ -478,12 +578,13 @@ class OpenEnvEnvironment(Environment):
             typed = self._deserialize(action, cls)
         except self._refused as exc:
             raise InvalidAction(_why(exc, cls.__name__)) from None
-        env = self._env
-        if self._async_step:
-            assert self._loop is not None
-            observation = self._loop.run(env.step_async(typed))
-        else:
-            observation = self._app.run(env.step, typed)
+        with self._call():
+            env = self._env
+            if self._async_step:
+                assert self._loop is not None
+                observation = self._loop.run(env.step_async(typed))
+            else:
+                observation = self._app.run(env.step, typed)
         return self._result(observation)
 
     def _result(self, observation: Any) -> EnvResult:
@@ -503,30 +604,40 @@ class OpenEnvEnvironment(Environment):
         )
 
     def state(self) -> dict[str, Any]:
-        state = self._app.run(getattr, self._env, "state")
+        with self._call():
+            state = self._app.run(getattr, self._env, "state")
         out = _dump(state) if hasattr(state, "model_dump") else _wire(dict(state or {}))
         if type(out) is not dict:
             raise TypeError(f"{type(self._env).__name__}.state cannot be sent")
         return out
 
     def close(self) -> None:
-        loop, self._loop = self._loop, None
-        stack, self._stack = self._stack, None
+        app = self._app
+        with app._gate:
+            holding = self._holding
+            released = self.release_locked()
         try:
-            if loop is not None:
-                if stack is not None:
-                    loop.run(stack.aclose())
-                loop.stop()
+            _close_resources(app, *released)
         finally:
-            env = getattr(self, "_env", None)
-            self._env = None
-            try:
-                if env is not None:
-                    self._app.run(env.close)
-            finally:
-                if self._holding:
-                    self._holding = False
-                    self._app.give()
+            if holding:
+                app.give(self)
+
+
+def _close_resources(
+    app: OpenEnvApp,
+    env: Any,
+    loop: _Loop | None,
+    stack: contextlib.AsyncExitStack | None,
+) -> None:
+    """Close an OpenEnv instance and the event loop of its coroutines (if any)."""
+    try:
+        if loop is not None:
+            if stack is not None:
+                loop.run(stack.aclose())
+            loop.stop()
+    finally:
+        if env is not None:
+            app.run(env.close)
 
 
 def _jsonable(value: Any) -> Any:
@@ -547,9 +658,10 @@ def openenv_plugin(
     observation_cls: Any = None,
     *,
     inline: bool = False,
+    handover: float | None = DEFAULT_HANDOVER,
 ) -> EnvPlugin[OpenEnvEnvironment]:
     """A plugin serving an OpenEnv environment, for ``create_app`` (see :func:`load_app`)."""
-    app = load_app(env, action_cls, observation_cls, inline=inline)
+    app = load_app(env, action_cls, observation_cls, inline=inline, handover=handover)
 
     def factory(config: dict[str, Any]) -> OpenEnvEnvironment:
         check_keys(config, (), "OpenEnv session")
@@ -558,7 +670,24 @@ def openenv_plugin(
     return EnvPlugin(factory, build_off_loop=True)
 
 
-_loaded: dict[tuple[str, str, str, bool], OpenEnvApp] = {}
+_loaded: dict[tuple[str, str, str, bool, float | None], OpenEnvApp] = {}
+
+
+def handover_from_env() -> float | None:
+    """The handover window :data:`HANDOVER_ENV` sets (default :data:`DEFAULT_HANDOVER`;
+    ``0``: None, never hand over)."""
+    text = os.environ.get(HANDOVER_ENV, "")
+    if not text:
+        return DEFAULT_HANDOVER
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise EnvConfigError(f"{HANDOVER_ENV} must be seconds, got {text[:40]!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise EnvConfigError(f"{HANDOVER_ENV} must be finite seconds >= 0, got {text[:40]!r}")
+    return seconds or None
+
+
 _loading = threading.Lock()
 
 
@@ -576,9 +705,12 @@ def openenv_factory(config: dict[str, Any]) -> OpenEnvEnvironment:
         os.environ.get(ACTION_ENV, ""),
         os.environ.get(OBSERVATION_ENV, ""),
         os.environ.get(INLINE_ENV, "") == "1",
+        handover_from_env(),
     )
     with _loading:
         app = _loaded.get(key)
         if app is None:
-            app = _loaded[key] = load_app(key[0], key[1] or None, key[2] or None, inline=key[3])
+            app = _loaded[key] = load_app(
+                key[0], key[1] or None, key[2] or None, inline=key[3], handover=key[4]
+            )
     return OpenEnvEnvironment(app)

@@ -51,6 +51,15 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --openenv-app: its calls are short; run them on the event loop",
     )
+    serve.add_argument(
+        "--openenv-handover",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --openenv-app, for an environment that hosts one session at a time (no "
+        "SUPPORTS_CONCURRENT_SESSIONS): hand it to a new client once its session has sent "
+        "no request for this long (0: never; default 10)",
+    )
 
 
 def apply(args: argparse.Namespace) -> None:
@@ -85,3 +94,6 @@ def apply(args: argparse.Namespace) -> None:
     os.environ[openenv.ACTION_ENV] = args.openenv_action or ""
     os.environ[openenv.OBSERVATION_ENV] = args.openenv_observation or ""
     os.environ[openenv.INLINE_ENV] = "1" if args.openenv_inline else ""
+    if not 0 <= args.openenv_handover < float("inf"):
+        raise SystemExit(f"--openenv-handover must be seconds >= 0, got {args.openenv_handover}")
+    os.environ[openenv.HANDOVER_ENV] = repr(args.openenv_handover)

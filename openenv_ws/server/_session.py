@@ -142,6 +142,7 @@ class ServerSession:
         "machine",
         "packer",
         "palette",
+        "peer",
         "replay",
         "resume_token",
         "session_id",
@@ -214,6 +215,9 @@ class ServerSession:
         self.weight = 1
         #: Memory and engine threads it is charged (SPEC section 9), set on ``open``.
         self.footprint: Footprint = DEFAULT_FOOTPRINT
+        #: The client's address, set by the transport before ``open`` (per-peer
+        #: quotas, ``max_sessions_per_peer``); None: unknown, not counted per peer.
+        self.peer: str | None = None
 
     # ------------------------------------------------------------------ entry points
 

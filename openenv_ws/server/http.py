@@ -32,6 +32,7 @@ again (the session's :class:`~openenv_ws.server.replay.ReplayCache`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -129,11 +130,13 @@ _TOMBSTONES = 4096
 
 @dataclass(slots=True, eq=False)
 class HTTPEntry:
-    """One HTTP session: the sans-I/O session, the spec it opened with, its last use."""
+    """One HTTP session: the sans-I/O session, the spec it opened with, its last use, and
+    whether a request reached it after the one that opened it (``used``)."""
 
     session: ServerSession
     spec: dict[str, Any] = field(default_factory=dict)
     last_used: float = 0.0
+    used: bool = False
 
 
 class HTTPSessionStore:
@@ -144,8 +147,10 @@ class HTTPSessionStore:
         registry: the process's sessions (shared with WebSocket sessions, so
             the session limit counts both) and its limits: the TTL
             (``http_session_ttl``: seconds without a request after which a
-            session is closed; None: never), the frame size and the
-            ``step_timeout`` of environments that are not inline.
+            session is closed; None: never), the shorter TTL of a session no
+            request reached after the one that opened it (``http_unused_ttl``:
+            opens nobody uses do not hold their slot for long), the frame
+            size and the ``step_timeout`` of environments that are not inline.
         cold_opens: the turns of opens that build their environment (shared
             with the WebSocket sessions); None: opens are not paced.
         expiry: the process's idle expiry, which closes the sessions past the
@@ -164,26 +169,36 @@ class HTTPSessionStore:
     ) -> None:
         limits = registry.limits
         ttl = limits.http_session_ttl
-        if ttl is not None and ttl <= 0:
-            raise ValueError(f"ttl must be positive seconds or None, got {ttl!r}")
+        unused_ttl = limits.http_unused_ttl
+        for name, value in (("http_session_ttl", ttl), ("http_unused_ttl", unused_ttl)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive seconds or None, got {value!r}")
+        if ttl is not None and unused_ttl is not None:
+            unused_ttl = min(ttl, unused_ttl)
         self.env_factory = env_factory
         self.registry = registry
         self.ttl = ttl
+        self.unused_ttl = unused_ttl
         self.max_frame_size = limits.max_frame_size
         self.step_timeout = limits.step_timeout
         self.cold_opens = cold_opens
         self._clock = clock
         self._entries: OrderedDict[str, HTTPEntry] = OrderedDict()
-        self._expired: OrderedDict[str, None] = OrderedDict()
+        # The entries no request reached since their open, in order of opening.
+        self._unused: OrderedDict[str, HTTPEntry] = OrderedDict()
+        # Recently expired ids and the TTL they expired after.
+        self._expired: OrderedDict[str, float] = OrderedDict()
         self._expiry = expiry
         self._key = ("http-sessions", id(self))
+        self._wake_at = float("inf")  # when the expiry runs _check next (loop time)
         self.expired_total = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def new_session(self) -> ServerSession:
-        """A session not yet open nor stored (see :meth:`add`); any request may be a retry."""
+    def new_session(self, peer: str | None = None) -> ServerSession:
+        """A session not yet open nor stored (see :meth:`add`); any request may be a retry.
+        `peer`: the client's address (counted against ``max_sessions_per_peer``)."""
         session = ServerSession(
             self.env_factory,
             max_frame_size=self.max_frame_size,
@@ -197,6 +212,7 @@ class HTTPSessionStore:
             max_envs=self.registry.limits.max_envs,
         )
         session.replay = ReplayCache(sticky=True)
+        session.peer = peer
         return session
 
     def add(self, session: ServerSession, spec: dict[str, Any]) -> HTTPEntry:
@@ -204,10 +220,22 @@ class HTTPSessionStore:
         self.expire()
         entry = HTTPEntry(session, spec, self._clock())
         self._entries[session.session_id] = entry
+        if self.unused_ttl is not None:
+            self._unused[session.session_id] = entry
         expiry = self._expiry
-        if expiry is not None and self.ttl is not None and self._key not in expiry:
-            expiry.after(self._key, self.ttl, self._check)
+        first = self._first_ttl()
+        if expiry is not None and first is not None:
+            when = asyncio.get_running_loop().time() + first
+            # The sweep may be planned for the long TTL: then look again by the short one.
+            if self._key not in expiry or when < self._wake_at:
+                self._wake_at = when
+                expiry.at(self._key, when, self._check)
         return entry
+
+    def _first_ttl(self) -> float | None:
+        """The shorter of the two TTLs (None: sessions never expire)."""
+        ttls = [t for t in (self.ttl, self.unused_ttl) if t is not None]
+        return min(ttls) if ttls else None
 
     def get(self, session_id: str) -> HTTPEntry | None:
         """The session with that id, marked as just used; None when unknown or expired."""
@@ -215,6 +243,9 @@ class HTTPSessionStore:
         if entry is not None:
             entry.last_used = self._clock()
             self._entries.move_to_end(session_id)
+            if not entry.used:
+                entry.used = True
+                self._unused.pop(session_id, None)
         return entry
 
     async def serve(
@@ -223,7 +254,12 @@ class HTTPSessionStore:
         """Serve a request frame of `session` as a WebSocket message would be: an open that
         builds its environment waits its turn (`peer`: the client's address), a call of an
         environment that is not inline runs on the session's worker thread under the
-        ``step_timeout`` deadline."""
+        ``step_timeout`` deadline. An open the session limits refuse anyway is refused
+        before it waits or builds anything."""
+        if session.env is None and type(frame) is Open:
+            refused = session.open_refusal(frame) or self.registry.refusal(session)
+            if refused is not None:
+                return session.error(frame.id, *refused)
         if session.env is None and self.cold_opens is not None:
             return await self.cold_opens.serve(session, frame, peer)
         if session.inline or session.env is None:
@@ -232,10 +268,11 @@ class HTTPSessionStore:
 
     def missing(self, session_id: str) -> tuple[str, str]:
         """The error code and message for an id :meth:`get` did not find."""
-        if session_id in self._expired:
+        ttl = self._expired.get(session_id)
+        if ttl is not None:
             return (
                 "idle_timeout",
-                f"session {session_id} expired after {self.ttl:g} s without a request; "
+                f"session {session_id} expired after {ttl:g} s without a request; "
                 f"open a new one with POST {SESSIONS_PATH}",
             )
         return (
@@ -246,50 +283,68 @@ class HTTPSessionStore:
     def drop(self, session_id: str) -> None:
         """Forget and close a session (closed by the client, or ended by a fatal error)."""
         entry = self._entries.pop(session_id, None)
+        self._unused.pop(session_id, None)
         if entry is not None:
             entry.session.close()
 
     def expire(self, now: float | None = None) -> int:
-        """Close the sessions idle for longer than the TTL; returns how many.
+        """Close the sessions idle for longer than the TTL, and those unused for longer
+        than the unused TTL; returns how many.
 
-        The entries are in order of last use, so this looks at the expired
-        ones and the first live one only.
+        The entries are in order of last use (the unused ones in order of
+        opening), so this looks at the expired ones and the first live one only.
         """
-        if self.ttl is None:
-            return 0
-        deadline = (self._clock() if now is None else now) - self.ttl
-        entries = self._entries
+        now = self._clock() if now is None else now
+        count = 0
+        if self.unused_ttl is not None:
+            count += self._sweep(self._unused, now - self.unused_ttl, self.unused_ttl)
+        if self.ttl is not None:
+            count += self._sweep(self._entries, now - self.ttl, self.ttl)
+        if count:
+            self.expired_total += count
+        return count
+
+    def _sweep(self, entries: OrderedDict[str, HTTPEntry], deadline: float, ttl: float) -> int:
+        """Close the entries of `entries` (oldest first) last used before `deadline`."""
         count = 0
         while entries:
             session_id, entry = next(iter(entries.items()))
             if entry.last_used > deadline:
                 break
             del entries[session_id]
+            self._entries.pop(session_id, None)
+            self._unused.pop(session_id, None)
             entry.session.close()
-            self._expired[session_id] = None
+            self._expired[session_id] = ttl
             if len(self._expired) > _TOMBSTONES:
                 self._expired.popitem(last=False)
             count += 1
         if count:
-            self.expired_total += count
-            logger.info("closed %d HTTP session(s) idle for more than %g s", count, self.ttl)
+            unused = "" if ttl == self.ttl else " after their open (--http-unused-ttl)"
+            logger.info("closed %d HTTP session(s) idle for more than %g s%s", count, ttl, unused)
         return count
 
     def _check(self, now: float) -> float | None:
-        """The idle expiry's check: close what is past the TTL; when to look again."""
-        assert self.ttl is not None
+        """The idle expiry's check: close what is past a TTL; when to look again."""
         self.expire()
-        oldest = next(iter(self._entries.values()), None)
-        if oldest is None:
+        wait: float | None = None
+        for entries, ttl in ((self._unused, self.unused_ttl), (self._entries, self.ttl)):
+            oldest = next(iter(entries.values()), None)
+            if oldest is None or ttl is None:
+                continue
+            # No sooner than a quarter of the TTL: expiries close together are done at once.
+            due = max(oldest.last_used + ttl - self._clock(), min(max(ttl / 4, 0.01), 30.0))
+            wait = due if wait is None else min(wait, due)
+        if wait is None:
             return None  # added again with the next session
-        # No sooner than a quarter of the TTL: expiries close together are done at once.
-        wait = oldest.last_used + self.ttl - self._clock()
-        return now + max(wait, min(max(self.ttl / 4, 0.01), 30.0))
+        self._wake_at = now + wait
+        return self._wake_at
 
     async def aclose(self) -> None:
         """Close every session (server shutdown)."""
         if self._expiry is not None:
             self._expiry.cancel(self._key)
+        self._unused.clear()
         while self._entries:
             _, entry = self._entries.popitem()
             entry.session.close()
@@ -405,8 +460,8 @@ class HTTPFallback:
         except ProtocolError as exc:
             return error_response(exc.code, str(exc), media, exc.request_id)
         assert isinstance(frame, Open)
-        session = store.new_session()
         peer = request.client.host if request.client is not None else None
+        session = store.new_session(peer)
         reply, _ = await store.serve(session, frame, peer)
         if session.state is not SessionState.OPEN or not isinstance(reply, Opened):
             session.close()

@@ -38,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from ..brief import brief, brief_keys
 from ..errors import OpenEnvError, ProtocolError
 from ..openenv_dialect import (
     action_from_openenv,
@@ -84,6 +85,9 @@ COOKIE = "openenv_ws_session"
 #: The message types of OpenEnv's WebSocket dialect.
 MESSAGE_TYPES = frozenset({"reset", "step", "state", "close"})
 _MESSAGE_KEYS = frozenset({"type", "data"})
+_TYPES_TEXT = ", ".join(sorted(MESSAGE_TYPES))
+# Unknown keys an error names (then how many more there are): replies never grow with the message.
+_MOST_KEYS = 4
 # What a non-JSON body of the HTTP routes may weigh at most.
 _MAX_HTTP_BODY = 1 << 20
 
@@ -94,7 +98,11 @@ def parse_openenv_message(text: str) -> dict[str, Any] | None:
         message = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if type(message) is not dict or message.get("type") not in MESSAGE_TYPES:
+    if type(message) is not dict:
+        return None
+    kind = message.get("type")
+    # Type-checked before the lookup: a list or an object is no message type (nor hashable).
+    if type(kind) is not str or kind not in MESSAGE_TYPES:
         return None
     return message
 
@@ -135,7 +143,9 @@ def reply_data(frame: ServerFrame, legal: list[int], *, model: bool = False) -> 
 
 
 def error_data(code: str, message: str) -> dict[str, Any]:
-    """OpenEnv's error ``data``: its message and code, plus the protocol's code."""
+    """OpenEnv's error ``data``: its message (cut as protocol v1 cuts it, SPEC section 9)
+    and code, plus the protocol's code."""
+    message = error_frame(None, code, message).message
     return {"message": message, "code": openenv_error_code(code), "protocol_code": code}
 
 
@@ -253,12 +263,22 @@ class OpenEnvWebSocket:
         if type(message) is not dict:
             return _ws_error("INVALID_JSON", "a message must be a JSON object")
         kind = message.get("type")
-        if kind not in MESSAGE_TYPES:
-            return _ws_error("UNKNOWN_TYPE", f"Unknown message type: {kind}")
-        extra = sorted(set(message) - _MESSAGE_KEYS)
-        if extra:
+        if type(kind) is not str:
             return _ws_error(
-                "VALIDATION_ERROR", f"Invalid message: unknown key(s) {', '.join(extra)}"
+                "VALIDATION_ERROR",
+                f"Invalid message: 'type' must be a string, one of {_TYPES_TEXT}, "
+                f"got {type(kind).__name__} {brief(kind)}",
+            )
+        if kind not in MESSAGE_TYPES:
+            return _ws_error(
+                "UNKNOWN_TYPE", f"Unknown message type: {brief(kind)}; send one of {_TYPES_TEXT}"
+            )
+        if len(message) > len(_MESSAGE_KEYS) or not message.keys() <= _MESSAGE_KEYS:
+            extra = [key for key in message if key not in _MESSAGE_KEYS]
+            return _ws_error(
+                "VALIDATION_ERROR",
+                f"Invalid message: unknown key(s) {brief_keys(extra, most=_MOST_KEYS)}; "
+                "a message holds 'type' and 'data' only",
             )
         try:
             return request_frame(
@@ -318,6 +338,7 @@ class OpenEnvWebSocket:
 
 
 def _ws_error(code: str, message: str) -> str:
+    message = error_frame(None, "bad_request", message).message  # never longer than v1's
     return dumps({"type": "error", "data": {"message": message, "code": code}})
 
 
@@ -432,8 +453,8 @@ class OpenEnvCompat:
         client = self._client(request)
         created = client is None
         if client is None:
-            client = OpenEnvSession(self.store.new_session())
             peer = request.client.host if request.client is not None else None
+            client = OpenEnvSession(self.store.new_session(peer))
             error = await client.open(self.store, self.config, peer)
             if error is not None:
                 client.session.close()

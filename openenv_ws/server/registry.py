@@ -60,6 +60,15 @@ class ServerLimits:
             session count at the deadline, but their memory and threads stay
             charged until the call returns, and while this many run the
             server opens no session (``capacity``). Default: one per core.
+        max_sessions_per_peer: sessions (weighed as for ``max_sessions``) one
+            client address may hold at once, WebSocket and HTTP together; the
+            next ``open`` from it gets ``capacity``. None: a quarter of
+            ``max_sessions``, and never less than two vector sessions of
+            ``max_envs`` (a client may hold one beside a few others; see
+            :attr:`peer_quota`).
+        http_unused_ttl: seconds an HTTP session may wait for its first request
+            after the one that opened it before it is closed (an open nobody
+            uses); None: only ``http_session_ttl`` applies.
     """
 
     max_sessions: int = 1024
@@ -77,6 +86,15 @@ class ServerLimits:
     memory_budget: int = field(default_factory=default_memory_budget)
     max_engine_threads: int = field(default_factory=default_thread_budget)
     max_stuck_calls: int = field(default_factory=lambda: os.cpu_count() or 1)
+    max_sessions_per_peer: int | None = None
+    http_unused_ttl: float | None = 30.0
+
+    @property
+    def peer_quota(self) -> int:
+        """The sessions one client address may hold (``max_sessions_per_peer`` or its default)."""
+        if self.max_sessions_per_peer is not None:
+            return self.max_sessions_per_peer
+        return min(self.max_sessions, max(self.max_sessions // 4, 2 * self.max_envs))
 
 
 @dataclass(slots=True)
@@ -98,6 +116,8 @@ class SessionRegistry:
     threads: int = 0
     #: Sessions whose call missed its deadline and still runs.
     stuck: set[ServerSession] = field(default_factory=set)
+    #: What the active sessions of each client address weigh (``max_sessions_per_peer``).
+    peers: dict[str, int] = field(default_factory=dict)
 
     def refusal(self, session: ServerSession) -> tuple[str, str] | None:
         """Why `session` would not be admitted now (``capacity``), or None."""
@@ -110,6 +130,9 @@ class SessionRegistry:
             return _capacity(
                 f"the server hosts its maximum of {limits.max_sessions} sessions{vector}"
             )
+        peer = self.peer_refusal(session.peer, weight)
+        if peer is not None:
+            return peer
         if len(self.stuck) >= limits.max_stuck_calls:
             return _capacity(
                 f"{len(self.stuck)} environment calls past the step deadline still run on this "
@@ -131,11 +154,38 @@ class SessionRegistry:
             )
         return None
 
+    def peer_refusal(self, peer: str | None, weight: int) -> tuple[str, str] | None:
+        """Why client address `peer` may not take a session of `weight` envs more
+        (``capacity``), or None; a session of unknown address is not counted per peer."""
+        if peer is None:
+            return None
+        quota = self.limits.peer_quota
+        held = self.peers.get(peer, 0)
+        if held + weight <= quota:
+            return None
+        return (
+            "capacity",
+            f"this client address holds {held} of the {quota} sessions one address may hold "
+            f"(--max-sessions-per-peer; WebSocket and HTTP sessions count, each env of a vector "
+            "session as one); close some or retry later",
+        )
+
+    def _count_peer(self, session: ServerSession, sign: int) -> None:
+        peer = session.peer
+        if peer is None:
+            return
+        held = self.peers.get(peer, 0) + sign * session.weight
+        if held > 0:
+            self.peers[peer] = held
+        else:
+            self.peers.pop(peer, None)
+
     def admit(self, session: ServerSession) -> tuple[str, str] | None:
         """Take `session` in, or say why not (``capacity``)."""
         refused = self.refusal(session)
         if refused is not None:
             return refused
+        self._count_peer(session, 1)
         self.active.add(session)
         self.envs += session.weight
         self.bytes += session.footprint.bytes
@@ -150,6 +200,7 @@ class SessionRegistry:
         if session in self.active:
             self.active.discard(session)
             self.envs -= session.weight
+            self._count_peer(session, -1)
             self._free(session)
         elif session in self.stuck:
             self.stuck.discard(session)
@@ -163,6 +214,7 @@ class SessionRegistry:
         if session in self.active:
             self.active.discard(session)
             self.envs -= session.weight
+            self._count_peer(session, -1)
             self.stuck.add(session)
         if self.on_change is not None:
             self.on_change(self)

@@ -260,6 +260,7 @@ class Supervisor:
             peer=_peer(scope),
         )
         link.session = SupervisedSession(self, link)
+        link.session.peer = link.peer  # per-peer quotas (the registry's)
         self.links.add(link)
         if self.draining:
             link.end(DRAIN)

@@ -282,3 +282,44 @@ def test_the_background_sweeper_expires_abandoned_sessions() -> None:
 def test_a_store_refuses_a_nonsense_ttl() -> None:
     with pytest.raises(ValueError, match="ttl must be positive"):
         HTTPSessionStore(fake_factory, SessionRegistry(ServerLimits(http_session_ttl=0)))
+
+
+def test_the_store_expires_sessions_no_request_followed_after_the_unused_ttl() -> None:
+    clock = Clock()
+    registry = SessionRegistry(ServerLimits(http_session_ttl=300.0, http_unused_ttl=5.0))
+    store = HTTPSessionStore(fake_factory, registry, clock=clock)
+    ids = []
+    for _ in range(3):
+        session = store.new_session("10.0.0.1")
+        session.handle(encode(Open(id=1)))
+        store.add(session, {})
+        ids.append(session.session_id)
+    clock.now += 4.0
+    assert store.get(ids[1]) is not None  # used: from now on only the long TTL applies
+    clock.now += 1.5  # ids[0] and ids[2] had no request for 5.5 s after their open
+    assert store.expire() == 2
+    assert len(store) == 1 and len(registry.active) == 1
+    assert registry.peers == {"10.0.0.1": 1}  # the expired sessions' share is free again
+    code, message = store.missing(ids[0])
+    assert code == "idle_timeout" and "after 5 s" in message, message
+    clock.now += 200.0
+    assert store.expire() == 0 and store.get(ids[1]) is not None
+
+
+def test_one_address_holds_at_most_its_share_of_the_sessions() -> None:
+    with make_client(max_sessions=8, max_sessions_per_peer=3) as client:
+        for _ in range(3):
+            open_session(client)
+        r = client.post("/v1/sessions", json={"config": {}})
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+        error = error_of(r)
+        assert error.code == "capacity" and "--max-sessions-per-peer" in error.message
+        assert "3 of the 3" in error.message, error.message
+
+
+def test_the_default_share_is_a_quarter_and_at_least_two_vector_sessions() -> None:
+    assert ServerLimits().peer_quota == 256
+    assert ServerLimits(max_sessions=200).peer_quota == 128  # twice --max-envs (64)
+    assert ServerLimits(max_sessions=200, max_envs=16).peer_quota == 50
+    assert ServerLimits(max_sessions=2).peer_quota == 2
+    assert ServerLimits(max_sessions=200, max_sessions_per_peer=10).peer_quota == 10

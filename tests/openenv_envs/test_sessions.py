@@ -20,9 +20,10 @@ from openenv.core.mcp_client import MCPToolClient
 from websockets.sync.client import connect
 
 from openenv_ws.client import EnvClient
-from openenv_ws.errors import RemoteEnvError
+from openenv_ws.envs.openenv import openenv_plugin
+from openenv_ws.errors import OpenEnvError, RemoteEnvError
 from openenv_ws.protocol import Error, Result, decode_server_frame
-from openenv_ws.server import ServerThread
+from openenv_ws.server import ServerLimits, ServerThread, create_app
 from tests.conftest import UNIT
 from tests.openenv_envs import envs
 from tests.openenv_envs.conftest import CoreServer, served
@@ -36,6 +37,7 @@ from tests.openenv_envs.envs import (
     ThreadBoundEnvironment,
     ToolEnvironment,
 )
+from tests.reliability.conftest import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +279,29 @@ def test_served_environment_is_echo(echo_server: ServerThread) -> None:
         assert env.spec.observation.name == EchoObservation.__name__
         assert env.spec.action.name == EchoAction.__name__
         assert env.spec.extra["name"] == EchoEnvironment.__name__
+
+
+def test_an_idle_session_of_a_one_session_environment_is_handed_to_a_newcomer() -> None:
+    handover = 0.5 * UNIT
+    plugin = openenv_plugin(SoloEnvironment, handover=handover)
+    app = create_app(plugin, limits=ServerLimits(max_sessions=8))
+    with ServerThread(app) as server, EnvClient(server.url, resume=False) as first:
+        first.reset(seed=1)
+        first.step({"amount": 1})
+        opened: list[EnvClient] = []
+
+        def newcomer_in() -> bool:
+            try:
+                opened.append(EnvClient(server.url, resume=False))
+            except RemoteEnvError as exc:
+                assert exc.code == "capacity" and "handed over" in exc.message, exc
+                return False
+            return True
+
+        wait_until(newcomer_in, 30 * UNIT, what="the newcomer's open", step=0.1)
+        with opened[0] as second:
+            assert second.reset(seed=5).observation["total"] == 5
+            with pytest.raises(OpenEnvError) as caught:
+                first.step({"amount": 1})
+            assert "handed to another client" in str(caught.value), caught.value
+            assert second.step({"amount": 2}).observation["total"] == 7
