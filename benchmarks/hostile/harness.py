@@ -74,8 +74,8 @@ class Settings:
     largest_envs: int = 64
     #: The server's session limit (``--max-sessions``): the largest phases open at most one more.
     largest_limit: int = 1024
-    #: The largest phases stop once the server's RSS passes this fraction of the memory
-    #: available when they start (or 1.25 times a byte budget /health reports, if lower).
+    #: The largest phases stop once the server's RSS grows by this fraction of the memory
+    #: available when they start (see :meth:`Bench.memory_cap` for a server with a budget).
     memory_fraction: float = 0.6
     #: Seconds one request of the session attacks may wait for its reply.
     request_timeout: float = 120.0
@@ -314,12 +314,13 @@ class Bench:
         return [f"not settled before it ({', '.join(missing)})"] if missing else []
 
     def memory_cap(self, budget: dict[str, float]) -> float:
-        """The RSS cap of a memory phase, in bytes: a fraction of what is available now (on
-        top of what the server holds), or 1.25 times the byte budget if that is lower."""
+        """The RSS cap of a memory phase, in bytes: what the server holds plus a share of the
+        memory available now (`memory_fraction`; with a byte budget in /health, 0.9 of it and
+        at most 1.25 times the budget, so that the budget's refusal can be seen)."""
         assert self.sampler is not None
-        available = float(psutil.virtual_memory().available) * self.args.memory_fraction
-        cap = self.sampler.rss() + available
         limit = budget_of(budget)
+        share = 0.9 if limit else self.args.memory_fraction
+        cap = self.sampler.rss() + float(psutil.virtual_memory().available) * share
         return min(cap, 1.25 * limit) if limit else cap
 
     def run_phase(self, phase: Phase) -> PhaseResult:

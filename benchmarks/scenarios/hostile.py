@@ -47,8 +47,9 @@ that phase:
   reports (``n/a`` without one), the sessions admitted and the refusal;
 - ``largest vector sessions``: the same with vector sessions of the most
   envs (64) of the largest observation one batch admits (a stack of 4); the
-  two stop early at 60% of the memory available when they start (or 1.25
-  times the budget); none starts a session after the phase's time;
+  two stop early once RSS grows by 60% of the memory available when they
+  start (with a budget: by 90%, and at 1.25 times the budget); none starts a
+  session after the phase's time;
 - ``after``: no attack again: did the server recover?
 
 The neighbour steps in a closed loop: while it waits on a stalled step it
