@@ -288,15 +288,21 @@ def _open_more(
     times: dict[str, list[float]],
     outcomes: collections.Counter[str],
 ) -> None:
-    """Open sessions of `config` until `count` are in `sessions` (giving up after 4 x `timeout`)."""
+    """Open sessions of `config` until `count` are in `sessions`; give up at a ``capacity``
+    refusal, after 3 other refusals in a row or after 4 x `timeout`."""
     begun = time.monotonic()
+    refused = 0
     while len(sessions) < count and not stop.is_set() and time.monotonic() - begun < 4 * timeout:
         start = time.perf_counter()
         session, reply = open_session(target, source, config, timeout)
         outcomes[outcome(reply)] += 1
         if session is None:
+            refused += 1
+            if reply.get("code") == "capacity" or refused >= 3:
+                return
             stop.wait(0.2)
             continue
+        refused = 0
         times["open"].append(time.perf_counter() - start)
         sessions.append(session)
 
