@@ -147,10 +147,11 @@ def _ms(values: Sequence[float]) -> dict[str, float | None]:
 
 def _failure(exc: BaseException) -> str:
     if isinstance(exc, EOFError):
-        return "closed"
+        return "connection closed"
     if isinstance(exc, FrameError):
         return f"bad frame ({exc.code})"
-    return error_name(exc)
+    name = error_name(exc)
+    return f"connection {name}" if name in ("reset", "refused") else name
 
 
 def vector_opens(
@@ -177,23 +178,25 @@ def vector_opens(
     while i < count and not stop.is_set() and time.monotonic() < deadline:
         i += 1
         start = time.perf_counter()
+        stage = "open"
         try:
             session, reply = open_session(target, source, config, timeout, num_envs)
             if session is None:
-                outcomes[outcome(reply)] += 1
+                outcomes[f"open: {outcome(reply)}"] += 1
                 stop.wait(0.2)
                 continue
             opens.append(time.perf_counter() - start)
             try:
-                start = time.perf_counter()
+                stage, start = "reset", time.perf_counter()
                 reply = session.call("reset", timeout, seed=i)
-                outcomes["opened, reset" if reply.get("op") == "batch" else outcome(reply)] += 1
-                if reply.get("op") == "batch":
+                done = reply.get("op") == "batch"
+                outcomes["opened, reset" if done else f"reset: {outcome(reply)}"] += 1
+                if done:
                     resets.append(time.perf_counter() - start)
             finally:
                 session.close()
         except _FAILURES as exc:
-            outcomes[_failure(exc)] += 1
+            outcomes[f"{stage}: {_failure(exc)}"] += 1
     return {
         "attempts": i,
         "outcomes": dict(outcomes),
