@@ -99,7 +99,10 @@ def neighbour_process(
     results: multiprocessing.Queue[tuple[bytes, bytes, list[tuple[float, str]]]],
     cores: set[int] | None,
 ) -> None:
-    """Step Pong back to back until `stop`; every step's (start, seconds); reconnect on errors."""
+    """Step Pong back to back until `stop`; every step's (start, seconds); reconnect on errors.
+
+    A step that fails (a timeout, the server closing) counts with the time it waited.
+    """
     if cores:
         os.sched_setaffinity(0, cores)
     starts, seconds = array("d"), array("d")
@@ -129,6 +132,9 @@ def neighbour_process(
                     if done:
                         env.reset()
         except Exception as exc:  # noqa: BLE001 - counted per phase
+            if pending := inflight.value:  # a step that failed took at least this long
+                starts.append(pending)
+                seconds.append(clock() - pending)
             inflight.value = 0.0
             errors.append((clock(), f"{type(exc).__name__}: {exc}"[:200]))
             ready.set()
