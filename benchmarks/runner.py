@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import scenarios as _scenarios  # noqa: F401 - registers the scenarios
+from .hostile.harness import PHASES as HOSTILE_PHASES
 from .measure import cpu_model
 from .report import section_markdown, write_run
 from .suite import SCENARIOS, Context, Options, Progress, Section, ints, split_list
@@ -113,7 +114,19 @@ def build_parser(prog: str = "openenv-ws bench") -> argparse.ArgumentParser:
         "--slowloris",
         type=int,
         default=d.slowloris,
-        help="connections of the hostile scenario's slowloris phase",
+        help="connections of the hostile scenario's slowloris and TLS idle phases",
+    )
+    p.add_argument(
+        "--hostile-phases",
+        default=d.hostile_phases,
+        help="comma list of the hostile scenario's phases to run after its baseline, in "
+        f"that order, or 'all' ({', '.join(HOSTILE_PHASES)})",
+    )
+    p.add_argument(
+        "--hostile-heavy",
+        type=int,
+        default=d.hostile_heavy,
+        help="sessions of the hostile scenario's heavy phase",
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
@@ -138,7 +151,14 @@ def options_from(args: argparse.Namespace) -> Options:
         raise SystemExit(
             f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(_ordered())}"
         )
-    for name, value in (("--steps", args.steps), ("--open-count", args.open_count)):
+    phases = [p for p in split_list(args.hostile_phases) if p not in ("all", "baseline")]
+    if [p for p in phases if p not in HOSTILE_PHASES]:
+        raise SystemExit(
+            f"unknown hostile phase(s) in {args.hostile_phases!r}; choose from "
+            f"{', '.join(HOSTILE_PHASES)} or all"
+        )
+    counts = (("--steps", args.steps), ("--open-count", args.open_count))
+    for name, value in (*counts, ("--hostile-heavy", args.hostile_heavy)):
         if value < 1:
             raise SystemExit(f"{name} must be at least 1, got {value}")
     return Options(
@@ -161,6 +181,8 @@ def options_from(args: argparse.Namespace) -> Options:
         rollout_seconds=args.rollout_seconds,
         hostile_seconds=args.hostile_seconds,
         slowloris=args.slowloris,
+        hostile_phases=args.hostile_phases,
+        hostile_heavy=args.hostile_heavy,
         plots=not args.no_plots,
     )
 

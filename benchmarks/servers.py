@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import IO
 
 from openenv_ws.providers import LocalServerProvider
@@ -34,6 +35,7 @@ __all__ = [
     "pool_args",
     "serve_supports",
     "supports_pool",
+    "tls_files",
     "wait_pool_full",
 ]
 
@@ -219,3 +221,23 @@ class PeerServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+@contextlib.contextmanager
+def tls_files(host: str) -> Iterator[tuple[str, str, str] | None]:
+    """(certificate chain, key, CA) files of a throwaway CA naming `host`, or None without
+    trustme."""
+    try:
+        import trustme
+    except ImportError:
+        yield None
+        return
+    ca = trustme.CA()
+    cert = ca.issue_cert(host)
+    with tempfile.TemporaryDirectory(prefix="oew-tls-") as folder:
+        chain, key, bundle = (str(Path(folder, n)) for n in ("chain.pem", "key.pem", "ca.pem"))
+        for i, pem in enumerate(cert.cert_chain_pems):
+            pem.write_to_path(chain, append=i > 0)
+        cert.private_key_pem.write_to_path(key)
+        ca.cert_pem.write_to_path(bundle)
+        yield chain, key, bundle

@@ -57,6 +57,8 @@ class Options:
     rollout_seconds: float = 4.0
     hostile_seconds: float = 30.0
     slowloris: int = 5000
+    hostile_phases: str = "all"
+    hostile_heavy: int = 20
     plots: bool = True
 
 

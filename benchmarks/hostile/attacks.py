@@ -33,6 +33,7 @@ from .rawwire import (
     read_server_frame,
     upgrade_request,
 )
+from .sessions import heavy_sessions, largest_sessions, vector_opens
 
 __all__ = ["ATTACKS", "attack_process", "cold_opens", "control_flood", "slowloris"]
 
@@ -200,7 +201,9 @@ def slowloris(
 ) -> dict[str, Any]:
     """`count` connections trickling an upgrade request that never ends, `rate` bytes/s each.
 
-    A connection the server ends is opened again a second later (as a patient attacker would).
+    With `rate` 0 they never send a byte (idle connections, e.g. on a TLS port:
+    a TLS handshake never started). A connection the server ends is opened
+    again a second later (as a patient attacker would).
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
@@ -210,7 +213,7 @@ def slowloris(
     count = min(count, max(1, limit - 64))
     head = upgrade_request(target).removesuffix(b"\r\n\r\n") + b"\r\n"
     pad = b"X-Pad: a\r\n"  # header lines for as long as it takes: the blank line never comes
-    period = 1.0 / rate
+    period = 1.0 / rate if rate > 0 else None
     sel = selectors.DefaultSelector()
     sent: dict[socket.socket, int] = {}
     due: collections.deque[tuple[float, socket.socket]] = collections.deque()
@@ -275,7 +278,7 @@ def slowloris(
                 drop(sock, error_name(exc), answers)
                 continue
             sent[sock] = i + 1
-            due.append((now + period, sock))
+            due.append((now + (period or 0.0), sock))
         wait = min(0.05, max(0.0, deadline - now))
         if due:
             wait = min(wait, max(0.0, due[0][0] - now))
@@ -294,7 +297,8 @@ def slowloris(
                 connected += 1
                 if connected > peak:
                     peak, peak_at = connected, time.monotonic() - start
-                due.append((time.monotonic(), sock))
+                if period is not None:
+                    due.append((time.monotonic(), sock))
                 continue
             try:
                 data = sock.recv(4096)
@@ -322,6 +326,9 @@ ATTACKS: dict[str, Callable[..., dict[str, Any]]] = {
     "control_flood": control_flood,
     "cold_opens": cold_opens,
     "slowloris": slowloris,
+    "vector_opens": vector_opens,
+    "heavy_sessions": heavy_sessions,
+    "largest_sessions": largest_sessions,
 }
 
 

@@ -1,10 +1,9 @@
-"""The hostile run: one server, a neighbour session stepping, and attack phases one by one."""
+"""The hostile run: one server, a neighbour session stepping, and attack phases one by one
+(the TLS phase on a server of its own)."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import http.client
 import multiprocessing
 import os
 import queue
@@ -23,10 +22,29 @@ from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
 
 from ..measure import Placement, n_actions, pin_process
+from ..servers import PeerUnavailable
 from .attacks import attack_process
-from .rawwire import MB, OP_PING, OP_PONG, Target, error_name, handshake
+from .probes import probe, tls_probe
+from .rawwire import MB, OP_PING, OP_PONG, Target
+from .sessions import health_figures
+from .tls import tls_server
 
-__all__ = ["Bench", "Phase", "PhaseResult", "Settings", "phases"]
+__all__ = ["PHASES", "Bench", "Phase", "PhaseResult", "Settings", "phases"]
+
+#: Every phase after the baseline, in the order they run.
+PHASES = (
+    "pong",
+    "ping",
+    "opens",
+    "vector-opens",
+    "heavy",
+    "slowloris",
+    "tls-idle",
+    "flood",
+    "largest",
+    "largest-vector",
+    "after",
+)
 
 
 @dataclass
@@ -39,9 +57,31 @@ class Settings:
     burst_mib: float = 4.0
     slowloris: int = 5000
     trickle_rate: float = 1.0
-    phases: str = "pong,ping,opens,slowloris,flood,after"
+    #: Comma list of keys of :data:`PHASES`, or ``all``.
+    phases: str = "all"
     attacker_address: str = "127.0.0.2"
     rss_cap_mb: float = 4096.0
+    #: Envs of each session the vector-open phase opens, and the most opens it makes.
+    vector_envs: int = 64
+    vector_opens: int = 1000
+    #: Sessions of the heavy phase, and the config each asks for (the first accepted).
+    heavy: int = 20
+    heavy_configs: tuple[dict[str, Any], ...] = ()
+    #: The largest single-session configs and the largest of vector sessions of
+    #: `largest_envs` envs (each list: the first accepted); the most sessions to open.
+    largest_configs: tuple[dict[str, Any], ...] = ()
+    largest_vector_configs: tuple[dict[str, Any], ...] = ()
+    largest_envs: int = 64
+    #: The server's session limit (``--max-sessions``): the largest phases open at most one more.
+    largest_limit: int = 1024
+    #: The largest phases stop once the server's RSS grows by this fraction of the memory
+    #: available when they start (see :meth:`Bench.memory_cap` for a server with a budget).
+    memory_fraction: float = 0.6
+    #: Seconds one request of the session attacks may wait for its reply.
+    request_timeout: float = 120.0
+    #: Connections of the TLS phase, and its server's descriptor limit (soft and hard).
+    tls_conns: int = 5000
+    tls_nofile: int | None = 4096
     serve_args: tuple[str, ...] = ()
     step_timeout: float = 30.0
     settle_timeout: float = 30.0
@@ -59,7 +99,10 @@ def neighbour_process(
     results: multiprocessing.Queue[tuple[bytes, bytes, list[tuple[float, str]]]],
     cores: set[int] | None,
 ) -> None:
-    """Step Pong back to back until `stop`; every step's (start, seconds); reconnect on errors."""
+    """Step Pong back to back until `stop`; every step's (start, seconds); reconnect on errors.
+
+    A step that fails (a timeout, the server closing) counts with the time it waited.
+    """
     if cores:
         os.sched_setaffinity(0, cores)
     starts, seconds = array("d"), array("d")
@@ -89,6 +132,9 @@ def neighbour_process(
                     if done:
                         env.reset()
         except Exception as exc:  # noqa: BLE001 - counted per phase
+            if pending := inflight.value:  # a step that failed took at least this long
+                starts.append(pending)
+                seconds.append(clock() - pending)
             inflight.value = 0.0
             errors.append((clock(), f"{type(exc).__name__}: {exc}"[:200]))
             ready.set()
@@ -98,11 +144,28 @@ def neighbour_process(
 
 @dataclass
 class Phase:
+    """One attack (or none) for `seconds`.
+
+    Attributes:
+        grace: seconds the attacker may take past `seconds` to finish what it
+            started (an open under way); the phase ends when it does.
+        probes: ``slowloris`` (``/health`` and new handshakes) or ``tls``
+            (``/health`` over TLS and plain) from this process meanwhile.
+        server: ``tls``: the attack goes to a TLS server of its own, started
+            for the phase.
+        memory: stop at a cap drawn from the memory available (and the byte
+            budget ``/health`` reports) instead of the settings' RSS cap.
+    """
+
     key: str
     label: str
     seconds: float
     kind: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    grace: float = 0.0
+    probes: str | None = None
+    server: str = "main"
+    memory: bool = False
 
 
 @dataclass
@@ -115,6 +178,9 @@ class PhaseResult:
     attack: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     probes: dict[str, Any] = field(default_factory=dict)
+    #: The RSS cap it ran under, in bytes, and /health's budget and byte figures at its start.
+    rss_cap: float = 0.0
+    budget: dict[str, float] = field(default_factory=dict)
 
 
 class RssSampler:
@@ -153,64 +219,6 @@ class RssSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(2)
-
-
-def health_ms(host: str, port: int, timeout: float) -> tuple[str, float]:
-    """(``200`` or what went wrong, milliseconds) for one ``GET /health``."""
-    start = time.perf_counter()
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", "/health")
-        reply = conn.getresponse()
-        reply.read()
-        what = str(reply.status)
-    except (OSError, http.client.HTTPException) as exc:
-        what = error_name(exc)
-    finally:
-        conn.close()
-    return what, (time.perf_counter() - start) * 1e3
-
-
-def probe(target: Target, attacker: str, until: float, stop: threading.Event) -> dict[str, Any]:
-    """``/health`` every 0.25 s and a new handshake every 0.5 s (alternating source addresses)."""
-    health: list[tuple[str, float]] = []
-    clients: dict[str, collections.Counter[str]] = {
-        "127.0.0.1": collections.Counter(),
-        attacker: collections.Counter(),
-    }
-
-    def health_loop() -> None:
-        while not stop.is_set() and time.monotonic() < until:
-            health.append(health_ms(*target, timeout=2.0))
-            stop.wait(0.25)
-
-    def client_loop() -> None:
-        sources = list(clients)
-        i = 0
-        while not stop.is_set() and time.monotonic() < until:
-            source = sources[i % len(sources)]
-            what, sock = handshake(target, source, 2.0)
-            if sock is not None:
-                sock.close()
-            clients[source][what] += 1
-            i += 1
-            stop.wait(0.5)
-
-    threads = [threading.Thread(target=f, daemon=True) for f in (health_loop, client_loop)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(max(0.0, until - time.monotonic()) + 5)
-    answered = [ms for what, ms in health if what == "200"]
-    return {
-        "health_probes": len(health),
-        "health_answered": len(answered),
-        "health_failures": dict(collections.Counter(w for w, _ in health if w != "200")),
-        "health_ms_p50": float(np.percentile(answered, 50)) if answered else None,
-        "health_ms_p99": float(np.percentile(answered, 99)) if answered else None,
-        "health_ms_max": max(answered, default=None),
-        "new_clients": {source: dict(c) for source, c in clients.items()},
-    }
 
 
 class Bench:
@@ -311,16 +319,55 @@ class Bench:
                 time.sleep(0.1)
         return [f"not settled before it ({', '.join(missing)})"] if missing else []
 
+    def memory_cap(self, budget: dict[str, float]) -> float:
+        """The RSS cap of a memory phase, in bytes: what the server holds plus a share of the
+        memory available now (`memory_fraction`; with a byte budget in /health, 0.9 of it and
+        at most 1.25 times the budget, so that the budget's refusal can be seen)."""
+        assert self.sampler is not None
+        limit = budget_of(budget)
+        share = 0.9 if limit else self.args.memory_fraction
+        cap = self.sampler.rss() + float(psutil.virtual_memory().available) * share
+        return min(cap, 1.25 * limit) if limit else cap
+
     def run_phase(self, phase: Phase) -> PhaseResult:
         assert self.sampler is not None
         notes = self.settle(self.args.settle_timeout)
         rss_before = self.sampler.rss()
+        budget = health_figures(self.server.health(timeout=2.0))
+        cap = self.memory_cap(budget) if phase.memory else self.args.rss_cap_mb * MB
+        self.sampler.cap = cap
         self.sampler.over_cap.clear()
+        with contextlib.ExitStack() as stack:
+            target = self.target
+            context: dict[str, Any] = {}
+            if phase.server == "tls":
+                try:
+                    tls, context["ca"] = stack.enter_context(
+                        tls_server(self.placement, self.args.tls_nofile)
+                    )
+                except (RuntimeError, PeerUnavailable) as exc:
+                    notes.append(f"not run: the TLS server did not start: {exc}")
+                    now = time.monotonic()
+                    return PhaseResult(phase, now, now, rss_before, rss_before, notes=notes)
+                assert tls.port is not None and tls.process is not None
+                target = (tls.host, tls.port)
+                limit = psutil.Process(tls.process.pid).rlimit(psutil.RLIMIT_NOFILE)
+                notes.append(f"TLS server RLIMIT_NOFILE {limit[0]}/{limit[1]}")
+            result = self._attack(phase, target, context, notes)
+        result.rss_before, result.rss_cap, result.budget = rss_before, cap, budget
+        return result
+
+    def _attack(
+        self, phase: Phase, target: Target, context: dict[str, Any], notes: list[str]
+    ) -> PhaseResult:
+        """Run `phase`'s attacker (and probes) against `target`; wait for the neighbour."""
+        assert self.sampler is not None
         stop = self.ctx.Event()
         results: multiprocessing.Queue[dict[str, Any]] = self.ctx.Queue()
         attacker = None
         probes: dict[str, Any] = {}
         prober: threading.Thread | None = None
+        probe_stop = threading.Event()
         t0 = time.monotonic()
         until = t0 + phase.seconds
         if phase.kind is not None:
@@ -328,7 +375,7 @@ class Bench:
                 target=attack_process,
                 args=(
                     phase.kind,
-                    self.target,
+                    target,
                     self.args.attacker_address,
                     {"seconds": phase.seconds, **phase.kwargs},
                     stop,
@@ -338,33 +385,40 @@ class Bench:
                 daemon=True,
             )
             attacker.start()
-        if phase.key == "slowloris":
-            probe_stop = threading.Event()
+        if phase.probes is not None:
 
             def run_probes() -> None:
-                probes.update(probe(self.target, self.args.attacker_address, until, probe_stop))
+                if phase.probes == "tls":
+                    got = tls_probe(self.target, target, context["ca"], until, probe_stop)
+                else:
+                    got = probe(target, self.args.attacker_address, until, probe_stop)
+                probes.update(got)
 
             prober = threading.Thread(target=run_probes, daemon=True)
             prober.start()
-        while time.monotonic() < until:
+        while (now := time.monotonic()) < until + phase.grace:
+            if attacker is None and now >= until:
+                break
             if attacker is not None and not attacker.is_alive():
                 break
             if self.sampler.over_cap.is_set():
                 notes.append(
-                    f"stopped at the RSS cap ({self.args.rss_cap_mb} MB) after "
-                    f"{time.monotonic() - t0:.1f} s"
+                    f"stopped at the RSS cap ({self.sampler.cap / MB:.0f} MB) after "
+                    f"{now - t0:.1f} s"
                 )
                 break
             if not self.server_alive():
-                notes.append(f"the server died after {time.monotonic() - t0:.1f} s")
+                notes.append(f"the server died after {now - t0:.1f} s")
                 break
             time.sleep(0.05)
+        if now >= until + phase.grace and attacker is not None and phase.grace:
+            notes.append(f"the attacker was still busy {phase.grace:.0f} s past its deadline")
         stop.set()
         t1 = time.monotonic()
         attack: dict[str, Any] = {}
         if attacker is not None:
             with contextlib.suppress(queue.Empty):
-                attack = results.get(timeout=15)
+                attack = results.get(timeout=15 + (self.args.request_timeout if phase.grace else 0))
             attacker.join(5)
             if attacker.is_alive():
                 attacker.kill()
@@ -388,10 +442,23 @@ class Bench:
                     f"a step started in the window was still waiting "
                     f"{time.monotonic() - pending:.1f} s later"
                 )
-        return PhaseResult(phase, t0, t1, rss_before, rss_peak, attack, notes, probes)
+        return PhaseResult(phase, t0, t1, 0.0, rss_peak, attack, notes, probes)
+
+
+def budget_of(figures: dict[str, float]) -> float | None:
+    """The byte budget among /health's figures (a key path naming a budget, not a use of it)."""
+    used = ("used", "held", "free", "in_use", "admitted", "reserved", "left", "peak")
+    budgets = [
+        value
+        for path, value in figures.items()
+        if "budget" in path.lower() and not any(word in path.lower() for word in used)
+    ]
+    return budgets[0] if budgets else None
 
 
 def phases(args: Settings) -> list[Phase]:
+    """The baseline, then the phases `args.phases` names (keys of :data:`PHASES`), in order."""
+    slow = 2 * args.request_timeout  # the grace of an attack that may be mid-request
     every = {
         "baseline": Phase("baseline", "baseline (no attack)", args.seconds),
         "pong": Phase(
@@ -417,12 +484,47 @@ def phases(args: Settings) -> list[Phase]:
         "opens": Phase(
             "opens", "cold opens, 1 raw client", args.seconds, "cold_opens", {"timeout": 10.0}
         ),
+        "vector-opens": Phase(
+            "vector-opens",
+            f"vector opens, {args.vector_envs} envs, reset",
+            args.seconds,
+            "vector_opens",
+            {
+                "num_envs": args.vector_envs,
+                "config": {"game": "pong"},
+                "count": args.vector_opens,
+                "timeout": args.request_timeout,
+            },
+            grace=slow,
+        ),
+        "heavy": Phase(
+            "heavy",
+            f"heavy sessions, {args.heavy} stepping",
+            args.seconds,
+            "heavy_sessions",
+            {
+                "count": args.heavy,
+                "configs": list(args.heavy_configs),
+                "timeout": args.request_timeout,
+            },
+            grace=6 * args.request_timeout,  # it opens and resets them all first
+        ),
         "slowloris": Phase(
             "slowloris",
             f"slowloris, {args.slowloris} conns",
             args.seconds,
             "slowloris",
             {"count": args.slowloris, "rate": args.trickle_rate},
+            probes="slowloris",
+        ),
+        "tls-idle": Phase(
+            "tls-idle",
+            f"TLS port, {args.tls_conns} idle conns",
+            args.seconds,
+            "slowloris",
+            {"count": args.tls_conns, "rate": 0.0},
+            probes="tls",
+            server="tls",
         ),
         "flood": Phase(
             "flood",
@@ -437,10 +539,41 @@ def phases(args: Settings) -> list[Phase]:
                 "read": False,
             },
         ),
+        "largest": Phase(
+            "largest",
+            "largest single sessions, until refused",
+            args.seconds,
+            "largest_sessions",
+            {
+                "configs": list(args.largest_configs),
+                "num_envs": None,
+                "limit": args.largest_limit + 1,  # the refusal is what it waits for
+                "timeout": args.request_timeout,
+            },
+            memory=True,
+            grace=slow,
+        ),
+        "largest-vector": Phase(
+            "largest-vector",
+            f"largest vector sessions, {args.largest_envs} envs, until refused",
+            args.seconds,
+            "largest_sessions",
+            {
+                "configs": list(args.largest_vector_configs),
+                "num_envs": args.largest_envs,
+                "limit": args.largest_limit // args.largest_envs + 1,
+                "timeout": args.request_timeout,
+            },
+            memory=True,
+            grace=slow,
+        ),
         "after": Phase("after", "after (no attack)", args.seconds),
     }
-    keys = ["baseline", *(k for k in args.phases.split(",") if k and k != "baseline")]
-    unknown = [k for k in keys if k not in every]
+    names = PHASES if args.phases.strip() == "all" else args.phases.split(",")
+    chosen = [k.strip() for k in names if k.strip() not in ("", "baseline")]
+    unknown = [k for k in chosen if k not in every]
     if unknown:
-        raise ValueError(f"unknown phase(s) {unknown}; choose from {', '.join(every)}")
-    return [every[k] for k in keys]
+        raise ValueError(
+            f"unknown hostile phase(s) {', '.join(unknown)}; choose from {', '.join(PHASES)}"
+        )
+    return [every["baseline"], *(every[k] for k in chosen)]

@@ -19,27 +19,57 @@ that phase:
 - ``cold opens``: a raw client opening sessions in a loop, each with a
   config no warm environment matches (the game cycled, ``max_episode_steps``
   never the same), closing each once answered;
+- ``vector opens``: a raw client opening a vector session of 64 Pong envs
+  (``num_envs``), resetting it and closing it, in a loop (an open under way
+  when the phase's time is up is finished: the phase lasts until it is);
+- ``heavy sessions``: ``--hostile-heavy`` (20) single sessions of the
+  heaviest preprocessing (grayscale resized to 1024x1024, a stack of 16, up
+  to 1,000 no-ops per reset), opened, reset, then stepped in rounds back to
+  back (``obs`` false) for the phase's time; the verdict takes the
+  neighbour's steps while all of them step;
 - ``slowloris``: ``--slowloris`` connections, each trickling a never-ending
   upgrade request at ~1 byte/s (the attacker raises its descriptor limit to
   the hard limit; the server keeps what it inherits); meanwhile this process probes ``/health`` and
   tries new WebSocket handshakes, from 127.0.0.1 and from the attacker's
   address;
+- ``TLS idle``: a second server, ``serve --certfile/--keyfile`` (a
+  throwaway CA of trustme's) under a descriptor limit of 4096, takes
+  ``--slowloris`` connections that never start TLS; meanwhile this process
+  asks ``/health`` over TLS there and plain ``/health`` of the neighbour's
+  server, each every 0.1 s;
 - ``ping flood, never read``: 10 connections sending 125-byte pings and
   never reading, for twice ``--hostile-seconds``; server RSS before and at its
   peak (the flood stops early if the server passes 4 GiB);
+- ``largest sessions``: single sessions of the largest observation the
+  Atari bounds admit (grayscale 1024x1024, a stack of 16, max-pooling), each
+  reset and held, opened until the server refuses one (``capacity``), then
+  all closed: server RSS at its peak against the byte budget ``/health``
+  reports (``n/a`` without one), the sessions admitted and the refusal;
+- ``largest vector sessions``: the same with vector sessions of the most
+  envs (64) of the largest observation one batch admits (a stack of 4); the
+  two stop early once RSS grows by 60% of the memory available when they
+  start (with a budget: by 90%, and at 1.25 times the budget); none starts a
+  session after the phase's time;
 - ``after``: no attack again: did the server recover?
 
 The neighbour steps in a closed loop: while it waits on a stalled step it
-starts no other, so a few long stalls barely move p99. ``max ms`` and
-``rate/base`` (its steps per second against the baseline's) show them.
+starts no other, so a few long stalls barely move p99. ``max ms``,
+``rate/base`` (its steps per second against the baseline's) and ``p99*``
+(the p99 corrected for coordinated omission: the steps a neighbour stepping
+at the baseline's rate would have started during each stall, counted too)
+show them.
 
-Each attack ends by itself (a deadline; the attacker process is killed if it
-overstays); connections the server ends are reopened, paced, until then. All
-traffic goes to the server on 127.0.0.1. The targets: RSS within 50 MB of
-baseline during a 60 s ping flood from 10 connections (the default
-``--hostile-seconds 30``); the neighbour's step p99 at 5 ms or less under the
-floods and the cold opens; ``/health`` answering throughout a 5,000-connection
-slowloris.
+Each attack ends by itself (a deadline, a count; the attacker process is
+killed if it overstays); connections the server ends are reopened, paced,
+until then. All traffic goes to servers on 127.0.0.1. ``--hostile-phases``
+picks phases (the baseline always runs first). The targets (a verdict line
+each): RSS within 50 MB of baseline during a 60 s ping flood from 10
+connections (the default ``--hostile-seconds 30``); the neighbour's step p99
+at 5 ms or less under the floods, the cold and vector opens and the heavy
+sessions; ``/health`` answering throughout a 5,000-connection slowloris and
+throughout 5,000 idle connections on the TLS port (over TLS and plain); the
+largest sessions refused with ``capacity`` while RSS is within the byte
+budget.
 """
 
 from __future__ import annotations
@@ -48,16 +78,15 @@ import math
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import psutil
 
 from openenv_ws.errors import ServerUnavailable
 
+from ..hostile import configs
 from ..hostile.harness import Bench, PhaseResult, Settings, phases
-from ..hostile.rawwire import MB
-from ..suite import Column, Context, Section, scenario
+from ..hostile.report import details, summarize, verdicts
+from ..suite import Column, Context, Options, Section, scenario
 
 __all__: list[str] = []
 
@@ -67,6 +96,7 @@ COLUMNS = [
     Column("steps", "steps"),
     Column("p50_ms", "p50 ms", ".2f"),
     Column("p99_ms", "p99 ms", ".2f"),
+    Column("p99_co_ms", "p99* ms", ".2f"),
     Column("max_ms", "max ms", ".1f"),
     Column("p50_vs_base", "p50/base", ".2f"),
     Column("p99_vs_base", "p99/base", ".2f"),
@@ -77,103 +107,12 @@ COLUMNS = [
 ]
 
 
-def _pct(ms: np.ndarray[Any, Any], q: float) -> float:
-    return float(np.percentile(ms, q)) if len(ms) else float("nan")
-
-
-def summarize(
-    results: list[PhaseResult],
-    starts: np.ndarray[Any, Any],
-    seconds: np.ndarray[Any, Any],
-    errors: list[tuple[float, str]],
-) -> list[dict[str, Any]]:
-    rows = []
-    for r in results:
-        inside = (starts >= r.t0) & (starts < r.t1)
-        ms = seconds[inside] * 1e3
-        errs = [e for t, e in errors if r.t0 <= t < r.t1 + 1.0]
-        rows.append(
-            {
-                "phase": r.phase.key,
-                "label": r.phase.label,
-                "seconds": r.t1 - r.t0,
-                "steps": int(inside.sum()),
-                "p50_ms": _pct(ms, 50),
-                "p99_ms": _pct(ms, 99),
-                "max_ms": float(ms.max()) if len(ms) else float("nan"),
-                "errors": errs,
-                "rss_before_mb": r.rss_before / MB,
-                "rss_peak_mb": r.rss_peak / MB,
-                "attack": r.attack,
-                "probes": r.probes,
-                "notes": r.notes,
-            }
-        )
-    return rows
-
-
 def _ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
 def _finite(value: float) -> float | None:
     return None if math.isnan(value) else value
-
-
-def details(row: dict[str, Any]) -> list[str]:
-    """What the attack did and what the probes saw, in sentences."""
-    details = []
-    attack, probes = row["attack"], row["probes"]
-    if "error" in attack:
-        details.append(f"the attacker failed: {attack['error']}")
-    elif "sent_mib" in attack:
-        details.append(
-            f"{attack['sent_mib']:.1f} MiB sent ({attack['frames']} frames) over "
-            f"{attack['connections']} connection(s); ended by the server: "
-            f"{attack['ended_by_server'] or 'none'}; close codes read: "
-            f"{attack['close_codes'] or 'none'}; handshakes refused: "
-            f"{attack['handshakes_refused'] or 'none'}"
-        )
-    elif "attempts" in attack:
-        rate = attack["attempts"] / row["seconds"] if row["seconds"] else 0.0
-        p50 = attack["open_ms_p50"]
-        details.append(
-            f"{attack['attempts']} opens ({rate:.1f}/s): {attack['outcomes']}; "
-            f"open p50 {p50 if p50 is None else round(p50, 1)} ms, "
-            f"max {attack['open_ms_max'] and round(attack['open_ms_max'], 1)} ms"
-        )
-    elif "peak_connected" in attack:
-        details.append(
-            f"held {attack['peak_connected']}/{attack['target']} at peak "
-            f"({attack['peak_after_s']:.1f} s in), {attack['connected_at_end']} at the end; "
-            f"ended by the server: {attack['ended_by_server'] or 'none'}; "
-            f"connect failures: {attack['connect_failures'] or 'none'}"
-        )
-    if probes:
-        n, ok = probes["health_probes"], probes["health_answered"]
-        frac = 100.0 * ok / n if n else 0.0
-        lat = (
-            f"latency p50 {probes['health_ms_p50']:.1f} / p99 {probes['health_ms_p99']:.1f} "
-            f"/ max {probes['health_ms_max']:.1f} ms"
-            if ok
-            else "no answer"
-        )
-        details.append(
-            f"/health answered {ok}/{n} ({frac:.1f}%), {lat}; failures: "
-            f"{probes['health_failures'] or 'none'}"
-        )
-        for source, got in probes["new_clients"].items():
-            details.append(f"new clients from {source}: {got}")
-    if row["phase"] == "flood":
-        growth = row["rss_peak_mb"] - row["rss_before_mb"]
-        details.append(
-            f"server RSS {row['rss_before_mb']:.0f} MB before, peak {row['rss_peak_mb']:.0f}"
-            f" MB (+{growth:.0f} MB; target +50 MB at most)"
-        )
-    if row["errors"]:
-        details.append(f"neighbour errors: {row['errors'][:3]}")
-    details += row["notes"]
-    return details
 
 
 def _source_usable(address: str) -> bool:
@@ -201,14 +140,25 @@ def _revision() -> str:
         return "?"
 
 
-def settings(seconds: float, slowloris: int) -> Settings:
-    """The run for `seconds` per phase (twice that for the never-read flood)."""
+def settings(options: Options) -> Settings:
+    """The run the options ask for: `hostile_seconds` per phase (twice that for the
+    never-read flood), the phases and counts they name."""
+    seconds = options.hostile_seconds
     quick = seconds < 10
     address = "127.0.0.2" if _source_usable("127.0.0.2") else "127.0.0.1"
+    envs = configs.max_envs()
     return Settings(
         seconds=seconds,
         flood_seconds=2 * seconds,
-        slowloris=slowloris,
+        slowloris=options.slowloris,
+        tls_conns=options.slowloris,
+        phases=options.hostile_phases,
+        heavy=options.hostile_heavy,
+        heavy_configs=tuple(configs.heavy_configs()),
+        largest_configs=tuple(configs.largest_configs()),
+        largest_vector_configs=tuple(configs.largest_vector_configs(envs)),
+        largest_envs=envs,
+        largest_limit=configs.max_sessions(),
         attacker_address=address,
         step_timeout=10.0 if quick else 30.0,
         settle_timeout=10.0 if quick else 30.0,
@@ -217,9 +167,13 @@ def settings(seconds: float, slowloris: int) -> Settings:
 
 @scenario("hostile", "Hostile peers next to an honest session", default=False)
 def run(ctx: Context) -> Section:
-    """Floods, cold opens and a slowloris next to a session stepping; server RSS, /health."""
-    args = settings(ctx.options.hostile_seconds, ctx.options.slowloris)
-    plan = phases(args)
+    """Floods, opens, heavy and large sessions and idle connections next to a session
+    stepping; server RSS, /health."""
+    args = settings(ctx.options)
+    try:
+        plan = phases(args)
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
     section = Section("hostile", "Hostile peers next to an honest session", COLUMNS)
     ctx.progress.start(section.title, len(plan) + 1)
     ctx.progress.phase("server and neighbour")
@@ -250,6 +204,7 @@ def run(ctx: Context) -> Section:
             steps=row["steps"],
             p50_ms=_finite(row["p50_ms"]),
             p99_ms=_finite(row["p99_ms"]),
+            p99_co_ms=_finite(row["p99_co_ms"]),
             max_ms=_finite(row["max_ms"]),
             p50_vs_base=_finite(_ratio(row["p50_ms"], base["p50_ms"])),
             p99_vs_base=_finite(_ratio(row["p99_ms"], base["p99_ms"])),
@@ -261,12 +216,15 @@ def run(ctx: Context) -> Section:
     section.notes.append(
         f"openenv-ws serve {' '.join(bench.serve_args)} at {_revision()}; server "
         f"RLIMIT_NOFILE {limits[0]}/{limits[1]}; attacker from {args.attacker_address}; "
-        f"neighbour: pong, sync client, back to back; {bench.placement.describe()}."
+        f"neighbour: pong, sync client, back to back; {bench.placement.describe()}; p99*: the "
+        "p99 corrected for coordinated omission (a step every baseline mean step interval, "
+        "HdrHistogram's correction)."
     )
     for row in rows:
         lines = details(row)
         if lines:
             section.notes.append(f"{row['label']}: " + "; ".join(lines) + ".")
+    section.notes += verdicts(rows)
     skipped = [p.label for p in plan[len(results) :]]
     if skipped:
         section.notes.append(f"not run (the server was gone): {', '.join(skipped)}")

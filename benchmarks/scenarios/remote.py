@@ -9,11 +9,9 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +20,7 @@ from openenv_ws.client import EnvClient
 
 from .. import netns
 from ..measure import Placement, Workload, inprocess_steps, latency_row
-from ..servers import PeerServer, PeerUnavailable, serve_supports, supports_pool
+from ..servers import PeerServer, PeerUnavailable, serve_supports, supports_pool, tls_files
 from ..suite import Column, Context, Section, scenario
 from .latency import BUSY_POLL, polling_pays, sync_steps
 from .peer_openenv import PEER_MODULE, peer_env, peer_ws_steps
@@ -158,26 +156,6 @@ def _server(
     )
 
 
-@contextlib.contextmanager
-def _tls_files(host: str) -> Iterator[tuple[str, str, str] | None]:
-    """(certificate chain, key, CA) files of a throwaway CA naming `host`, or None without
-    trustme."""
-    try:
-        import trustme
-    except ImportError:
-        yield None
-        return
-    ca = trustme.CA()
-    cert = ca.issue_cert(host)
-    with tempfile.TemporaryDirectory(prefix="oewr-tls-") as folder:
-        chain, key, bundle = (str(Path(folder, n)) for n in ("chain.pem", "key.pem", "ca.pem"))
-        for i, pem in enumerate(cert.cert_chain_pems):
-            pem.write_to_path(chain, append=i > 0)
-        cert.private_key_pem.write_to_path(key)
-        ca.cert_pem.write_to_path(bundle)
-        yield chain, key, bundle
-
-
 SINK = """
 import socket, sys
 server = socket.create_server((sys.argv[1], 0))
@@ -266,7 +244,7 @@ def _start_servers(
     plain = stack.enter_context(_server(link, placement, []))
     urls["plain"] = f"ws://{link.ns_ip}:{plain.port}/ws"
     if any(kind == "tls" and wait is None for _, _, kind, wait in contenders):
-        files = stack.enter_context(_tls_files(link.ns_ip))
+        files = stack.enter_context(tls_files(link.ns_ip))
         if files is not None:
             chain, key, ca = files
             args = ["--certfile", chain, "--keyfile", key]

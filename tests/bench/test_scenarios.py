@@ -208,24 +208,48 @@ def test_floor(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_hostile(tmp_path: Path) -> None:
-    section = bench(tmp_path, "hostile", "--hostile-seconds", "1", "--slowloris", "50")
+    args = ("--hostile-seconds", "1", "--slowloris", "50", "--hostile-heavy", "2")
+    section = bench(tmp_path, "hostile", *args)
     rows = rows_by(section, "label")
     assert list(rows) == [
         "baseline (no attack)",
         "pong flood, 4 MiB writes",
         "ping flood, 1 conn, reads",
         "cold opens, 1 raw client",
+        "vector opens, 64 envs, reset",
+        "heavy sessions, 2 stepping",
         "slowloris, 50 conns",
+        "TLS port, 50 idle conns",
         "ping flood, 10 conns, never read",
+        "largest single sessions, until refused",
+        "largest vector sessions, 64 envs, until refused",
         "after (no attack)",
     ]
-    positive(rows["baseline (no attack)"], "steps", "p50_ms", "p99_ms", "rss_mb")
+    positive(rows["baseline (no attack)"], "steps", "p50_ms", "p99_ms", "p99_co_ms", "rss_mb")
     assert rows["baseline (no attack)"]["errors"] == 0, section["notes"]
     for row in rows.values():
         positive(row, "seconds", "peak_mb")  # a stalled neighbour may take no step in a phase
     notes = "\n".join(section["notes"])
-    for said in ("MiB sent (", " opens (", "held ", "/health answered ", "server RSS "):
-        assert said in notes, f"{said!r} not in:\n{notes}"
+    said = [
+        "MiB sent (", " opens (", "held ", "/health answered ", "server RSS ",
+        "1 opens (", "'opened, reset': 1",  # a vector open, reset
+        "2 sessions opened", "while all stepping",  # the heavy sessions, stepping
+        "TLS /health (its server) answered", "plain /health (the neighbour's server) answered",
+        "'stack_num': 16", "'stack_num': 4", "budget from /health at the start: ",
+        "sessions admitted and reset", "sessions of 64 envs admitted and reset",
+    ]  # fmt: skip
+    for part in said:
+        assert part in notes, f"{part!r} not in:\n{notes}"
+    verdicts = [line for line in section["notes"] if line.startswith("verdict, ")]
+    assert len(verdicts) == 10, verdicts  # every phase but the baseline and after
+    assert all(line.endswith(("met.", "MISSED.", "n/a.")) for line in verdicts), verdicts
+
+
+def test_hostile_phases(tmp_path: Path) -> None:
+    """--hostile-phases runs the baseline and the phases named, in that order."""
+    args = ("--hostile-seconds", "1", "--hostile-phases", "after,ping")
+    rows = rows_by(bench(tmp_path, "hostile", *args), "label")
+    assert list(rows) == ["baseline (no attack)", "after (no attack)", "ping flood, 1 conn, reads"]
 
 
 def test_wrapper(tmp_path: Path) -> None:
