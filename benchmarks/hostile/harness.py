@@ -446,14 +446,9 @@ class Bench:
 
 
 def budget_of(figures: dict[str, float]) -> float | None:
-    """The byte budget among /health's figures (a key path naming a budget, not a use of it)."""
-    used = ("used", "held", "free", "in_use", "admitted", "reserved", "left", "peak")
-    budgets = [
-        value
-        for path, value in figures.items()
-        if "budget" in path.lower() and not any(word in path.lower() for word in used)
-    ]
-    return budgets[0] if budgets else None
+    """The server's memory budget in bytes among /health's figures (``memory.budget``,
+    SPEC section 9), or None for a server that reports none."""
+    return figures.get("memory.budget")
 
 
 def phases(args: Settings) -> list[Phase]:

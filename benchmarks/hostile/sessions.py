@@ -345,11 +345,12 @@ def _step_all(
 
 
 def health_figures(body: Mapping[str, Any] | None) -> dict[str, float]:
-    """The numbers of ``/health`` whose key path names a budget or bytes (``memory.budget``)."""
+    """The numbers of ``/health`` about the budgets (SPEC section 9): ``memory.used``,
+    ``memory.budget``, ``engine_threads.*``, ``stuck_calls``, ``pool.bytes``..."""
     found: dict[str, float] = {}
 
     def named(path: str) -> bool:
-        return "budget" in path.lower() or "bytes" in path.lower()
+        return path.startswith(("memory.", "engine_threads.", "stuck_calls")) or "bytes" in path
 
     def walk(value: Any, path: str) -> None:
         if isinstance(value, Mapping):

@@ -44,14 +44,18 @@ def test_hostile_configs_are_accepted_and_largest_first() -> None:
 def test_hostile_budget_from_health() -> None:
     body = {
         "sessions": 3,
-        "memory": {"budget_bytes": 16 << 30, "used_bytes": 5 << 30, "admitted": 2},
-        "pool": {"budget": {"used": 7}},
+        "memory": {"used": 5 << 30, "budget": 16 << 30},
+        "engine_threads": {"used": 4, "budget": 32},
+        "pool": {"bytes": 7, "max_bytes": 2 << 30, "hits": 3},
     }
     figures = health_figures(body)
     assert figures == {
-        "memory.budget_bytes": float(16 << 30),
-        "memory.used_bytes": float(5 << 30),
-        "pool.budget.used": 7.0,
+        "memory.used": float(5 << 30),
+        "memory.budget": float(16 << 30),
+        "engine_threads.used": 4.0,
+        "engine_threads.budget": 32.0,
+        "pool.bytes": 7.0,
+        "pool.max_bytes": float(2 << 30),
     }
     assert budget_of(figures) == float(16 << 30)
     assert budget_of(health_figures({"sessions": 1})) is None
