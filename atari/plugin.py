@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from openenv_ws.environment import VectorEnvironment
+from openenv_ws.environment import Pace, VectorEnvironment
 from openenv_ws.registry import EnvPlugin
 
 from .config import DEFAULT_CONFIG, OBS_TYPES, games, normalize_config
@@ -25,12 +25,15 @@ def web_choices() -> Mapping[str, Any]:
     }
 
 
-def atari_vector(config: dict[str, Any], num_envs: int, batch_size: int) -> VectorEnvironment:
+def atari_vector(
+    config: dict[str, Any], num_envs: int, batch_size: int, *, pace: Pace | None = None
+) -> VectorEnvironment:
     """The envs of an Atari vector session (SPEC section 21) on ale-py's vector engine,
-    imported on the first vector session."""
+    imported on the first vector session; built an engine of a few envs at a time,
+    each in a turn of `pace`."""
     from .vector import AtariVectorEnvironment
 
-    return AtariVectorEnvironment(config, num_envs, batch_size)
+    return AtariVectorEnvironment(config, num_envs, batch_size, pace=pace)
 
 
 #: Makes an :class:`~atari.environment.AtariEnvironment` from a session's config

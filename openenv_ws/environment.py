@@ -9,6 +9,7 @@ arrays, lists and maps of those) so it can travel in protocol v1 frames.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -28,6 +29,7 @@ __all__ = [
     "EnvResult",
     "EnvSpec",
     "Environment",
+    "Pace",
     "VectorEnvironment",
     "VectorFactory",
     "check_batch_obs",
@@ -280,6 +282,12 @@ EnvFactory = Callable[[dict[str, Any]], Environment]
 #: ``num_envs`` and ``batch_size``; raises
 #: :class:`~openenv_ws.errors.EnvConfigError` for a config it refuses.
 VectorFactory = Callable[[dict[str, Any], int, int], VectorEnvironment]
+
+#: The turns of a vector build taken in steps (a vector factory may take it as the
+#: keyword ``pace``): called on the building thread with a step's env count, it gives
+#: the context to build that step in; entering waits for the step's turn, leaving
+#: counts its time. A step holds the GIL at most a few single builds' worth.
+Pace = Callable[[int], contextlib.AbstractContextManager[object]]
 
 
 def check_keys(config: Mapping[str, Any], allowed: Sequence[str], what: str) -> None:

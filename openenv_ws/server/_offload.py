@@ -165,10 +165,14 @@ async def build(
     config: dict[str, Any],
     deadline: float | None,
     returned: Callable[[], None],
+    *,
+    scope: asyncio.Timeout | None = None,
 ) -> Any:
     """``factory(config)`` on `worker`'s thread: the environment, or the exception it
     raised (the open answers it as it would have answered the call on the loop).
     `returned` runs on the event loop once the factory has returned, awaited or not.
+    `scope`: the deadline's scope, when the caller moves it (a build in steps, each
+    with its own deadline); None: `deadline` seconds from now.
 
     Raises:
         TimeoutError: no environment within `deadline` seconds; the one built later,
@@ -186,7 +190,8 @@ async def build(
             close_quietly(made.pop())
 
     future: asyncio.Future[Any] = worker.submit(run, config, settle)
-    scope = asyncio.timeout(deadline)
+    if scope is None:
+        scope = asyncio.timeout(deadline)
     try:
         async with scope:
             return await asyncio.shield(future)

@@ -456,6 +456,26 @@ class ServerSession:
             )
         return None
 
+    def reserve(self, frame: Open) -> bool:
+        """Admit the open of a vector session before its envs are built (off the event
+        loop): its weight (env count) is known from `frame`. False: not admitted, and
+        :meth:`serve_open` refuses `frame` as it is, without building anything.
+        Released as any admitted session is (when it closes, or its open fails)."""
+        assert frame.num_envs is not None
+        try:
+            self.machine.check(frame.OP)
+            weight = check_num_envs(frame.num_envs, self._max_envs)
+        except OpenEnvError:
+            return False
+        if self.open_refusal(frame) is not None:
+            return False
+        self.weight = weight
+        if self._admit is not None:
+            if self._admit(self) is not None:
+                return False
+            self._admitted = True
+        return True
+
     def prebuilt(self, outcome: Environment | BaseException) -> None:
         """The environment the next open gets (built off the event loop), or what building
         it raised; :meth:`drop_prebuilt` closes one no open took."""
@@ -472,6 +492,16 @@ class ServerSession:
             raise found
         return self._factory(config) if found is None else found
 
+    def _build_vector(self, frame: Open) -> VectorSession:
+        """The envs built for `frame` off the event loop (see :meth:`reserve`), or built now."""
+        found, self._prebuilt = self._prebuilt, None
+        if isinstance(found, BaseException):
+            raise found
+        if found is None:
+            return open_vector(self._factory, frame)
+        assert isinstance(found, VectorSession)
+        return found
+
     def serve_open(self, frame: Open) -> FrameReply:
         """Serve ``open``: admit the session and build its environment."""
         refused = ServerSession.open_refusal(self, frame)
@@ -479,7 +509,7 @@ class ServerSession:
             return self.error(frame.id, *refused)
         if frame.num_envs is not None:
             self.weight = check_num_envs(frame.num_envs, self._max_envs)
-        if self._admit is not None:
+        if self._admit is not None and not self._admitted:  # else admitted by reserve()
             refusal = self._admit(self)
             if refusal is not None:
                 return self.error(frame.id, *refusal)
@@ -489,7 +519,7 @@ class ServerSession:
             if frame.num_envs is None:
                 self.env = self._build(dict(frame.config))
             else:  # a vector session's envs are never pooled
-                self.env = self.vector = open_vector(self._factory, frame)
+                self.env = self.vector = self._build_vector(frame)
                 self._give_back = None
         except BaseException:
             self._leave()
