@@ -24,6 +24,7 @@ import collections
 import contextlib
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ale_py
@@ -145,12 +146,18 @@ def _threads_per_engine(requested: int, num_envs: int, engines: int) -> int:
     return max(1, budget // engines)
 
 
+def _reset_helpers(engines: int) -> int:
+    """Threads that reset a session's engines at once (while they reset only)."""
+    return min(engines, os.cpu_count() or 1)
+
+
 def vector_threads(config: Mapping[str, Any], num_envs: int, batch_size: int | None = None) -> int:
     """Engine threads a vector session of `config` starts (before building it).
 
     ``num_threads`` (0: one per core) is capped by the machine's cores and by
     `num_envs`; each engine (:data:`ENVS_PER_ENGINE` envs at most) starts at
-    least one thread and at most one per env.
+    least one thread and at most one per env. A session of several engines
+    also resets them at once on up to a thread per core (while it resets).
 
     Raises:
         EnvConfigError: a bad ``num_threads``.
@@ -160,7 +167,8 @@ def vector_threads(config: Mapping[str, Any], num_envs: int, batch_size: int | N
     layout = _layout(num_envs, batch) if batch and not num_envs % batch else [[(0, num_envs)]]
     engines = sum(len(block) for block in layout)
     each = _threads_per_engine(requested, num_envs, engines)
-    return sum(min(each, size) for block in layout for _, size in block)
+    helpers = _reset_helpers(engines) if engines > 1 else 0
+    return sum(min(each, size) for block in layout for _, size in block) + helpers
 
 
 def _num_threads(threads: Any) -> int:
@@ -304,17 +312,26 @@ class AtariVectorEnvironment(VectorEnvironment):
         if env_ids is not None:  # synchronous sessions only: one block
             mask = np.zeros(self.num_envs, np.bool_)
             mask[env_ids] = True
+
+        def reset_one(unit: _Engine) -> tuple[Any, Any]:
+            options = (
+                None if mask is None else {"reset_mask": mask[unit.base : unit.base + unit.size]}
+            )
+            return unit.engine.reset(  # type: ignore[no-any-return]
+                seed=None if seed is None else seed + unit.base, options=options
+            )
+
+        engines = [unit for block in self._blocks for unit in block.engines]
+        if len(engines) == 1:
+            done = [reset_one(engines[0])]
+        else:  # the engines reset at once (the GIL released), a helper thread per core
+            with ThreadPoolExecutor(_reset_helpers(len(engines))) as helpers:
+                done = list(helpers.map(reset_one, engines))
+        results = iter(done)
         for block in self._blocks:
             parts = []
             for unit in block.engines:
-                options = (
-                    None
-                    if mask is None
-                    else {"reset_mask": mask[unit.base : unit.base + unit.size]}
-                )
-                obs, info = unit.engine.reset(
-                    seed=None if seed is None else seed + unit.base, options=options
-                )
+                obs, info = next(results)
                 rows = len(obs)
                 flags = np.zeros(rows, np.bool_)
                 parts.append(self._result(unit, obs, np.zeros(rows), flags, flags.copy(), info))
