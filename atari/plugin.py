@@ -12,7 +12,7 @@ from .config import DEFAULT_CONFIG, OBS_TYPES, games, normalize_config
 from .environment import AtariEnvironment
 from .snapshots import SNAPSHOT_KEY_ENV
 
-__all__ = ["atari_factory", "atari_vector", "web_choices"]
+__all__ = ["AtariVector", "atari_factory", "atari_vector", "web_choices"]
 
 
 def web_choices() -> Mapping[str, Any]:
@@ -25,15 +25,28 @@ def web_choices() -> Mapping[str, Any]:
     }
 
 
-def atari_vector(
-    config: dict[str, Any], num_envs: int, batch_size: int, *, pace: Pace | None = None
-) -> VectorEnvironment:
-    """The envs of an Atari vector session (SPEC section 21) on ale-py's vector engine,
-    imported on the first vector session; built an engine of a few envs at a time,
-    each in a turn of `pace`."""
-    from .vector import AtariVectorEnvironment
+class AtariVector:
+    """Atari's vector engine (SPEC section 21, ale-py's), imported on the first vector session."""
 
-    return AtariVectorEnvironment(config, num_envs, batch_size, pace=pace)
+    def __call__(
+        self, config: dict[str, Any], num_envs: int, batch_size: int, *, pace: Pace | None = None
+    ) -> VectorEnvironment:
+        """The envs of a vector session, built an engine of a few envs at a time, each in
+        a turn of `pace`."""
+        from .vector import AtariVectorEnvironment
+
+        return AtariVectorEnvironment(config, num_envs, batch_size, pace=pace)
+
+    @staticmethod
+    def threads(config: Mapping[str, Any], num_envs: int, batch_size: int) -> int:
+        """Engine threads such a session starts (:func:`atari.vector.vector_threads`)."""
+        from .vector import vector_threads
+
+        return vector_threads(config, num_envs, batch_size)
+
+
+#: Builds the envs of Atari vector sessions; ``threads`` counts their engine threads.
+atari_vector = AtariVector()
 
 
 #: Makes an :class:`~atari.environment.AtariEnvironment` from a session's config

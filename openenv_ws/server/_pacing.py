@@ -255,7 +255,7 @@ class ColdOpens:
             if session.reserve(frame):
                 loop = asyncio.get_running_loop()
                 deadline = self._deadline
-                scope = asyncio.timeout(None if deadline is None else loop.time() + deadline)
+                scope = asyncio.timeout(deadline)
                 pace = None if self._off_loop else _Pace(self, loop, scope, deadline)
                 if self._off_loop:
                     self._building += 1
@@ -290,10 +290,9 @@ class ColdOpens:
         finally:
             session.drop_prebuilt()
 
-    async def _rest(self, scope: asyncio.Timeout, deadline: float | None) -> None:
-        """The turn of the next step of a paced build: no deadline while it waits."""
+    async def _rest(self) -> None:
+        """Wait for the turn of the next step of a paced build (see :class:`_Pace`)."""
         loop = asyncio.get_running_loop()
-        scope.reschedule(None)
         if self._turns is None:
             self._turns = asyncio.Lock()
         self.waiting += 1
@@ -303,7 +302,6 @@ class ColdOpens:
                     await asyncio.sleep(min(delay, BUSY_WINDOW))
         finally:
             self.waiting -= 1
-        scope.reschedule(None if deadline is None else loop.time() + deadline)
 
     def _returned(self) -> None:
         """A constructor off the event loop returned: its build slot is free."""
@@ -374,6 +372,18 @@ class _Pace:
         #: Set once nobody waits for the build any more.
         self.abandoned = False
 
+    async def _turn(self) -> None:
+        """The next step's turn; the deadline is off while it waits, and restarts after."""
+        if self.abandoned:  # the open's scope is gone with it
+            raise _Abandoned("the open was abandoned")
+        scope = self._scope
+        scope.reschedule(None)
+        await self._opens._rest()
+        if self.abandoned:
+            raise _Abandoned("the open was abandoned")
+        deadline = self._deadline
+        scope.reschedule(None if deadline is None else self._loop.time() + deadline)
+
     @contextlib.contextmanager
     def __call__(self, envs: int) -> Iterator[None]:
         if self.abandoned:
@@ -381,11 +391,7 @@ class _Pace:
         if self._first:
             self._first = False
         else:
-            asyncio.run_coroutine_threadsafe(
-                self._opens._rest(self._scope, self._deadline), self._loop
-            ).result()
-            if self.abandoned:
-                raise _Abandoned("the open was abandoned")
+            asyncio.run_coroutine_threadsafe(self._turn(), self._loop).result()
         start = perf_counter()
         try:
             yield

@@ -51,7 +51,7 @@ from ..spaces import plain
 from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose, mode_name
 from ._offload import Worker, close_quietly
 from .replay import ReplayCache
-from .vsession import VectorSession, check_num_envs, open_vector
+from .vsession import VectorSession, check_num_envs, open_vector, vector_threads
 
 __all__ = ["CloseRequest", "FrameReply", "Reply", "ServerSession", "encoded"]
 
@@ -142,6 +142,7 @@ class ServerSession:
         "session_id",
         "shared",
         "steps",
+        "threads",
         "vector",
         "weight",
     )
@@ -205,6 +206,9 @@ class ServerSession:
         self.vector: VectorSession | None = None
         #: Sessions' worth of capacity it takes: its envs (1 for a single session).
         self.weight = 1
+        #: Threads its environment starts besides the worker thread (a vector engine's),
+        #: known when ``admit`` is called (0 for a single session).
+        self.threads = 0
 
     # ------------------------------------------------------------------ entry points
 
@@ -458,18 +462,19 @@ class ServerSession:
 
     def reserve(self, frame: Open) -> bool:
         """Admit the open of a vector session before its envs are built (off the event
-        loop): its weight (env count) is known from `frame`. False: not admitted, and
+        loop): its :attr:`weight` (env count) and :attr:`threads` are known from `frame`. False: not admitted, and
         :meth:`serve_open` refuses `frame` as it is, without building anything.
         Released as any admitted session is (when it closes, or its open fails)."""
         assert frame.num_envs is not None
         try:
             self.machine.check(frame.OP)
             weight = check_num_envs(frame.num_envs, self._max_envs)
+            threads = vector_threads(self._factory, frame)
         except OpenEnvError:
             return False
         if self.open_refusal(frame) is not None:
             return False
-        self.weight = weight
+        self.weight, self.threads = weight, threads
         if self._admit is not None:
             if self._admit(self) is not None:
                 return False
@@ -509,6 +514,7 @@ class ServerSession:
             return self.error(frame.id, *refused)
         if frame.num_envs is not None:
             self.weight = check_num_envs(frame.num_envs, self._max_envs)
+            self.threads = vector_threads(self._factory, frame)
         if self._admit is not None and not self._admitted:  # else admitted by reserve()
             refusal = self._admit(self)
             if refusal is not None:

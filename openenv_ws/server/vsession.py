@@ -50,7 +50,7 @@ from .serial import SerialVectorEnvironment
 if TYPE_CHECKING:
     from ._session import ServerSession
 
-__all__ = ["VectorSession", "check_num_envs", "open_vector"]
+__all__ = ["VectorSession", "check_num_envs", "open_vector", "vector_threads"]
 
 
 def check_num_envs(num_envs: int, max_envs: int) -> int:
@@ -65,6 +65,24 @@ def check_num_envs(num_envs: int, max_envs: int) -> int:
             "vector session (openenv-ws serve --max-envs); open fewer or use more sessions"
         )
     return num_envs
+
+
+def vector_threads(factory: EnvFactory, frame: Open) -> int:
+    """Threads the vector session `frame` opens would start besides its worker thread,
+    known before it is built (for admission): its vector factory's
+    ``threads(config, num_envs, batch_size)`` if it has one, else 0 (the envs of the
+    serial fallback step on the session's worker thread).
+
+    Raises:
+        EnvConfigError: a config the count is refused for (e.g. a bad ``num_threads``).
+    """
+    num_envs = frame.num_envs
+    assert num_envs is not None
+    count = getattr(getattr(factory, "vector", None), "threads", None)
+    if count is None:
+        return 0
+    batch_size = num_envs if frame.batch_size is None else frame.batch_size
+    return int(count(dict(frame.config), num_envs, batch_size))
 
 
 def open_vector(factory: EnvFactory, frame: Open, *, pace: Pace | None = None) -> VectorSession:
