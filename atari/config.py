@@ -283,11 +283,13 @@ def _check_combination(config: Mapping[str, Any]) -> None:
 
 def obs_bytes(config: Mapping[str, Any]) -> int:
     """Bytes of one observation of a normalized `config`, its stack included."""
+    stack: int = config["stack_num"]
     if config["obs_type"] == "ram":
-        return 128 * config["stack_num"]
+        return 128 * stack
     channels = 3 if config["obs_type"] == "rgb" else 1
-    height, width = config["img_height"] or 210, config["img_width"] or 160
-    return height * width * channels * config["stack_num"]
+    height: int = config["img_height"] or 210
+    width: int = config["img_width"] or 160
+    return height * width * channels * stack
 
 
 def inline_config(config: Mapping[str, Any]) -> bool:

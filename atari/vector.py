@@ -317,7 +317,7 @@ class AtariVectorEnvironment(VectorEnvironment):
             options = (
                 None if mask is None else {"reset_mask": mask[unit.base : unit.base + unit.size]}
             )
-            return unit.engine.reset(  # type: ignore[no-any-return]
+            return unit.engine.reset(
                 seed=None if seed is None else seed + unit.base, options=options
             )
 

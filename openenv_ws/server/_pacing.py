@@ -27,9 +27,12 @@ pooled) and is always built off the event loop, on its session's worker
 thread, after the session was admitted (its weight is its env count). A
 vector factory that takes a ``pace`` keyword (Atari's) builds in steps that
 each hold the GIL (an engine of a few envs): each step takes a turn as a cold
-build does, and rests its share after, so an open of 64 envs is paced as 64
-cold builds and never stalls other sessions for more than one step. The
-server's ``step_timeout`` bounds each step, not the turns waited between.
+build does, and rests its share after, so an open of 64 envs rests as long
+as 64 cold builds would, and never stalls other sessions for more than one
+step. The server's ``step_timeout`` bounds each step, not the turns waited
+between. Other vector factories build in one step (a ``pace`` around it); a
+plugin that builds off the loop builds in one of the MAX_BUILDS_OFF_LOOP
+slots, not paced.
 """
 
 from __future__ import annotations

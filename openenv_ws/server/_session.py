@@ -462,9 +462,10 @@ class ServerSession:
 
     def reserve(self, frame: Open) -> bool:
         """Admit the open of a vector session before its envs are built (off the event
-        loop): its :attr:`weight` (env count) and :attr:`threads` are known from `frame`. False: not admitted, and
-        :meth:`serve_open` refuses `frame` as it is, without building anything.
-        Released as any admitted session is (when it closes, or its open fails)."""
+        loop): its :attr:`weight` (env count) and :attr:`threads` are known from
+        `frame`. False: not admitted, and :meth:`serve_open` refuses `frame` as it is,
+        without building anything. Released as any admitted session is (when it
+        closes, or its open fails)."""
         assert frame.num_envs is not None
         try:
             self.machine.check(frame.OP)
