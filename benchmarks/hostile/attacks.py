@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from openenv_ws.protocol import Result, decode_server_frame
 from openenv_ws.wire.framing import FrameError, FrameReader, close_payload, parse_close
 
 from .rawwire import (
@@ -34,7 +35,29 @@ from .rawwire import (
     upgrade_request,
 )
 
-__all__ = ["ATTACKS", "attack_process", "cold_opens", "control_flood", "slowloris"]
+__all__ = [
+    "ATTACKS",
+    "attack_process",
+    "cold_opens",
+    "control_flood",
+    "heavy_sessions",
+    "slowloris",
+    "vector_opens",
+]
+
+#: The vector sessions the ``vector`` phase opens and resets in a loop (a ROM load an env).
+VECTOR_CONFIG = {"game": "pong", "obs_type": "grayscale", "img_height": 84, "img_width": 84}
+VECTOR_ENVS = 64
+#: The heaviest preprocessing Atari allows (16 MiB observations, 1,000 no-ops a reset).
+HEAVY_CONFIG = {
+    "game": "pong",
+    "obs_type": "grayscale",
+    "img_height": 1024,
+    "img_width": 1024,
+    "stack_num": 16,
+    "noop_max": 1000,
+    "frameskip": 1,
+}
 
 #: Games the cold opens cycle through (every open also gets its own max_episode_steps).
 COLD_GAMES = ("breakout", "space_invaders", "ms_pacman", "freeway", "seaquest", "qbert")
@@ -189,6 +212,134 @@ def cold_opens(
     }
 
 
+def _ask(sock: socket.socket, reader: FrameReader, frame: dict[str, Any], until: float) -> Any:
+    """Send `frame`, return the server's next binary reply decoded (EOFError on a close)."""
+    sock.sendall(client_frame(OP_BINARY, msgpack.packb(frame)))
+    return _unpack(_message(sock, reader, until))
+
+
+def _message(sock: socket.socket, reader: FrameReader, until: float) -> bytes:
+    """The server's next binary message, its fragments joined (EOFError on a close)."""
+    parts: list[bytes] = []
+    while True:
+        got = read_server_frame(sock, reader, until)
+        if got.opcode == OP_CLOSE:
+            raise EOFError(f"close {parse_close(got.payload)[0]}")
+        if got.opcode == OP_BINARY or (parts and got.opcode == 0):  # 0: a continuation
+            parts.append(got.payload)
+            if got.fin:
+                return b"".join(parts)
+
+
+def _unpack(payload: bytes) -> Any:
+    """The frame's map (a ``result`` may carry its observation's bytes after it)."""
+    try:
+        return msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except msgpack.ExtraData as extra:
+        return extra.unpacked
+
+
+def vector_opens(
+    target: Target,
+    source: str,
+    *,
+    stop: Event,
+    seconds: float,
+    timeout: float,
+) -> dict[str, Any]:
+    """Open a vector session of VECTOR_ENVS envs, reset it, close it; repeat."""
+    outcomes: collections.Counter[str] = collections.Counter()
+    cycles: list[float] = []
+    deadline = time.monotonic() + seconds
+    while not stop.is_set() and (now := time.monotonic()) < deadline:
+        start = time.perf_counter()
+        what, sock = handshake(target, source, min(timeout, max(0.1, deadline - now)))
+        if sock is None:
+            outcomes[what] += 1
+            stop.wait(0.05)
+            continue
+        try:
+            reader, until = FrameReader(masked=False), deadline + timeout
+            open_frame = {"op": "open", "id": 1, "version": 1, "config": VECTOR_CONFIG}
+            opened = _ask(sock, reader, {**open_frame, "num_envs": VECTOR_ENVS}, until)
+            if opened.get("op") != "opened":
+                outcomes[f"{opened.get('op')} {opened.get('code')}"] += 1
+                continue
+            batch = _ask(sock, reader, {"op": "reset", "id": 2}, until)
+            outcomes["reset" if batch.get("op") == "batch" else f"reset {batch.get('code')}"] += 1
+            cycles.append(time.perf_counter() - start)
+            sock.sendall(client_frame(OP_CLOSE, close_payload(1000)))
+        except EOFError as exc:
+            outcomes[str(exc) or "closed"] += 1
+        except FrameError as exc:
+            outcomes[f"bad frame ({exc.code})"] += 1
+        except OSError as exc:
+            outcomes[error_name(exc)] += 1
+        finally:
+            sock.close()
+    return {
+        "cycles": len(cycles),
+        "outcomes": dict(outcomes),
+        "cycle_s_max": max(cycles) if cycles else None,
+    }
+
+
+def heavy_sessions(
+    target: Target,
+    source: str,
+    *,
+    stop: Event,
+    seconds: float,
+    timeout: float,
+    count: int,
+) -> dict[str, Any]:
+    """`count` sessions of HEAVY_CONFIG stepping (no observation), a reset when one ends."""
+    outcomes: collections.Counter[str] = collections.Counter()
+    deadline = time.monotonic() + seconds
+    conns: list[tuple[socket.socket, FrameReader]] = []
+    steps = 0
+    try:
+        for _ in range(count):
+            what, sock = handshake(target, source, timeout)
+            if sock is None:
+                outcomes[what] += 1
+                continue
+            reader, until = FrameReader(masked=False), time.monotonic() + timeout
+            open_frame = {"op": "open", "id": 1, "version": 1, "config": HEAVY_CONFIG}
+            opened = _ask(sock, reader, open_frame, until)
+            outcomes[str(opened.get("op"))] += 1
+            if opened.get("op") != "opened":
+                sock.close()
+                continue
+            conns.append((sock, reader))
+            _ask(sock, reader, {"op": "reset", "id": 2}, until)
+        rid = 3
+        while conns and not stop.is_set() and time.monotonic() < deadline:
+            until = time.monotonic() + timeout
+            for sock, _ in conns:  # one step each, pipelined across the sessions
+                step = {"op": "step", "id": rid, "action": 0, "obs": False}
+                sock.sendall(client_frame(OP_BINARY, msgpack.packb(step)))
+            for sock, reader in conns:
+                data = _message(sock, reader, until)
+                reply = decode_server_frame(data, max_frame_size=len(data))
+                if isinstance(reply, Result) and not reply.done:
+                    steps += 1
+                else:  # the episode ended (or the step was refused): start another
+                    outcomes[f"{reply.OP} {getattr(reply, 'code', 'done')}"] += 1
+                    _ask(sock, reader, {"op": "reset", "id": rid}, until)
+            rid += 1
+    except EOFError as exc:
+        outcomes[str(exc) or "closed"] += 1
+    except FrameError as exc:
+        outcomes[f"bad frame ({exc.code})"] += 1
+    except OSError as exc:
+        outcomes[error_name(exc)] += 1
+    finally:
+        for sock, _ in conns:
+            sock.close()
+    return {"sessions": len(conns), "steps": steps, "outcomes": dict(outcomes)}
+
+
 def slowloris(
     target: Target,
     source: str,
@@ -321,7 +472,9 @@ def slowloris(
 ATTACKS: dict[str, Callable[..., dict[str, Any]]] = {
     "control_flood": control_flood,
     "cold_opens": cold_opens,
+    "heavy_sessions": heavy_sessions,
     "slowloris": slowloris,
+    "vector_opens": vector_opens,
 }
 
 

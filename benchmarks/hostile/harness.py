@@ -39,7 +39,7 @@ class Settings:
     burst_mib: float = 4.0
     slowloris: int = 5000
     trickle_rate: float = 1.0
-    phases: str = "pong,ping,opens,slowloris,flood,after"
+    phases: str = "pong,ping,opens,vector,heavy,slowloris,flood,after"
     attacker_address: str = "127.0.0.2"
     rss_cap_mb: float = 4096.0
     serve_args: tuple[str, ...] = ()
@@ -416,6 +416,20 @@ def phases(args: Settings) -> list[Phase]:
         ),
         "opens": Phase(
             "opens", "cold opens, 1 raw client", args.seconds, "cold_opens", {"timeout": 10.0}
+        ),
+        "vector": Phase(
+            "vector",
+            "vector opens+resets, 64 envs",
+            args.seconds,
+            "vector_opens",
+            {"timeout": 120.0},
+        ),
+        "heavy": Phase(
+            "heavy",
+            "20 heavy-preprocessing sessions",
+            args.seconds,
+            "heavy_sessions",
+            {"timeout": 60.0, "count": 20},
         ),
         "slowloris": Phase(
             "slowloris",

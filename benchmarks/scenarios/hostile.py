@@ -19,6 +19,11 @@ that phase:
 - ``cold opens``: a raw client opening sessions in a loop, each with a
   config no warm environment matches (the game cycled, ``max_episode_steps``
   never the same), closing each once answered;
+- ``vector``: a raw client opening a vector session of 64 Atari envs,
+  resetting it and closing it, in a loop (each env a ROM load);
+- ``heavy``: 20 Atari sessions of the heaviest preprocessing (1024x1024
+  grayscale, a stack of 16, up to 1,000 no-ops a reset) stepping without
+  observations, one step each in turn;
 - ``slowloris``: ``--slowloris`` connections, each trickling a never-ending
   upgrade request at ~1 byte/s (the attacker raises its descriptor limit to
   the hard limit; the server keeps what it inherits); meanwhile this process probes ``/health`` and
@@ -38,7 +43,8 @@ overstays); connections the server ends are reopened, paced, until then. All
 traffic goes to the server on 127.0.0.1. The targets: RSS within 50 MB of
 baseline during a 60 s ping flood from 10 connections (the default
 ``--hostile-seconds 30``); the neighbour's step p99 at 5 ms or less under the
-floods and the cold opens; ``/health`` answering throughout a 5,000-connection
+floods, the cold opens, the vector opens and the heavy sessions; ``/health``
+answering throughout a 5,000-connection
 slowloris.
 """
 
