@@ -85,6 +85,8 @@ class AtariEnvironment(Environment):
     #: Every call is bounded by the config's limits (MAX_FRAMESKIP frames a step); set
     #: per instance by :func:`~atari.config.inline_config` (heavy preprocessing: False).
     inline = True
+    #: The emulator holds the GIL: off the loop, one such call at a time per process.
+    holds_gil = True
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         """Load the game; this is the costly part (about 0.1 s).

@@ -116,6 +116,12 @@ class Environment(abc.ABC):
     #: set its own value in ``__init__`` (e.g. from its config).
     inline: bool = False
 
+    #: True if its calls hold the GIL while they work (an emulator's C calls):
+    #: on worker threads, such calls are made one at a time per process (SPEC
+    #: section 7), since each thread more that wants the GIL delays the event
+    #: loop's every turn; inline calls are not affected.
+    holds_gil: bool = False
+
     #: True if :meth:`step` takes ``out=``: an array of the observation's shape and
     #: dtype to write the observation into (then returned as ``obs``). The server
     #: passes one when it hands observations over in shared memory, which saves
