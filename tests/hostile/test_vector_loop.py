@@ -24,7 +24,6 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from atari.vector import ENVS_PER_ENGINE
 from openenv_ws.protocol import (
     Batch,
     Close,
@@ -121,7 +120,8 @@ def test_a_vector_session_of_64_envs_leaves_the_loop_free() -> None:
         # A liveness bound: the whole build on the loop held it for 6-7 s.
         assert worst < 2 * UNIT, f"a neighbour step took {worst:.2f} s during a 64-env open"
         cold = server.health()["cold_opens"]
-        assert cold["built"] >= N // ENVS_PER_ENGINE, cold  # each engine a paced cold build
+        # Built a few envs at a time (atari.vector.ENVS_PER_ENGINE), each a paced cold build.
+        assert cold["built"] >= N // 8, cold
 
 
 def _discard_reply(ws: RawWS, buffer: memoryview) -> None:
