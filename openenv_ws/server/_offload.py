@@ -89,6 +89,14 @@ class Worker:
         self._jobs.put((fn, data, settle, future, loop))
         return future
 
+    def discard(self, env: Any) -> bool:
+        """Close `env` and let it go on the thread, after the call in progress (if any);
+        False if the thread never started (the caller closes it)."""
+        if self._thread is None:
+            return False
+        self._jobs.put((close_quietly, env, None, None, None))
+        return True
+
     def stop(self) -> None:
         """End the thread after the call in progress, if any (idempotent)."""
         if self._thread is not None:
@@ -100,6 +108,11 @@ class Worker:
             if job is None:
                 return
             fn, data, settle, future, loop = job
+            del job
+            if future is None:  # a discard: nobody waits
+                fn(data)
+                del fn, data
+                continue
             result: Any = None
             error: BaseException | None = None
             try:

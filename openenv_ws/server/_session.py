@@ -331,8 +331,6 @@ class ServerSession:
             self._closing = True
             return
         self.inline = False
-        if self._worker is not None:
-            self._worker.stop()
         for region in self._next_shared:
             if region is not None and region is not self.shared:
                 region.close()
@@ -340,6 +338,13 @@ class ServerSession:
         self.use_shared(None)
         self.machine.closed()
         env, self.env = self.env, None
+        worker = self._worker
+        if env is not None and env is self.vector and worker is not None:
+            # A vector engine's teardown (its threads, its envs) is work too: on the thread.
+            self.vector = None
+            env = None if worker.discard(env) else env
+        if worker is not None:
+            worker.stop()
         if env is not None:
             give_back = self._give_back
             try:
