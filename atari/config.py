@@ -22,6 +22,8 @@ from .options import PREPROCESSING_KEYS
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "INLINE_NOOPS",
+    "INLINE_OBS_BYTES",
     "MAX_FRAMES",
     "MAX_FRAMESKIP",
     "MAX_GAME_NAME",
@@ -33,7 +35,9 @@ __all__ = [
     "PREPROCESSING_KEYS",
     "check_choice",
     "games",
+    "inline_config",
     "normalize_config",
+    "obs_bytes",
 ]
 
 #: Every option an Atari session accepts, with its default (those of ``ALE/<Game>-v5``;
@@ -78,6 +82,14 @@ MAX_STACK = 16
 MAX_NOOPS = 1000
 #: Largest observation the screen options may ask for, in bytes (height x width x channels x stack).
 MAX_OBS_BYTES = 16 << 20
+
+# A single session is served inline on the event loop only when its worst call is small:
+# at most MAX_FRAMESKIP frames a step (~3 ms), and these two bounds (see inline_config).
+#: Largest observation (stack included), in bytes, of a session served inline: a step
+#: writes it, a reset fills the whole stack.
+INLINE_OBS_BYTES = 512 << 10
+#: Largest ``noop_max`` of a session served inline: a reset plays up to that many frames.
+INLINE_NOOPS = 30
 
 #: The observation types, as ``obs_type`` names them.
 OBS_TYPES = ("rgb", "grayscale", "ram")
@@ -252,7 +264,7 @@ def _check_combination(config: Mapping[str, Any]) -> None:
     if config["obs_type"] != "ram":
         channels = 3 if config["obs_type"] == "rgb" else 1
         height, width = config["img_height"] or 210, config["img_width"] or 160
-        size = height * width * channels * config["stack_num"]
+        size = obs_bytes(config)
         if size > MAX_OBS_BYTES:
             raise EnvConfigError(
                 f"options img_height x img_width x stack_num ({height} x {width} x "
@@ -267,3 +279,26 @@ def _check_combination(config: Mapping[str, Any]) -> None:
             "needs 'frameskip' >= 2 (or a pair [low, high] with low >= 2), "
             f"got frameskip {brief(frameskip)}"
         )
+
+
+def obs_bytes(config: Mapping[str, Any]) -> int:
+    """Bytes of one observation of a normalized `config`, its stack included."""
+    stack: int = config["stack_num"]
+    if config["obs_type"] == "ram":
+        return 128 * stack
+    channels = 3 if config["obs_type"] == "rgb" else 1
+    height: int = config["img_height"] or 210
+    width: int = config["img_width"] or 160
+    return height * width * channels * stack
+
+
+def inline_config(config: Mapping[str, Any]) -> bool:
+    """Whether a single session of a normalized `config` is served inline on the event loop.
+
+    Only if its worst call is small and bounded: a step plays at most
+    :data:`MAX_FRAMESKIP` frames (always), writes at most :data:`INLINE_OBS_BYTES`,
+    and a reset plays at most :data:`INLINE_NOOPS` no-op frames; every call then
+    takes a few milliseconds at most. Heavier preprocessing (a large resize or
+    stack, many no-ops) is served on the session's worker thread.
+    """
+    return obs_bytes(config) <= INLINE_OBS_BYTES and config["noop_max"] <= INLINE_NOOPS

@@ -38,7 +38,7 @@ from openenv_ws.errors import (
 from openenv_ws.palette import expanded
 
 from .ale_state import CLOCK_SEED, PostLoadState, RepeatTracker
-from .config import check_choice, normalize_config
+from .config import check_choice, inline_config, normalize_config
 from .palettes import palette_of
 from .preprocess import Preprocessing, Preprocessor
 from .snapshots import open_seal, seal
@@ -82,8 +82,11 @@ class AtariEnvironment(Environment):
     """
 
     writes_obs_into = True
-    #: Every call is bounded by the config's limits (MAX_FRAMESKIP frames a step).
+    #: Every call is bounded by the config's limits (MAX_FRAMESKIP frames a step); set
+    #: per instance by :func:`~atari.config.inline_config` (heavy preprocessing: False).
     inline = True
+    #: The emulator holds the GIL: off the loop, one such call at a time per process.
+    holds_gil = True
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         """Load the game; this is the costly part (about 0.1 s).
@@ -94,6 +97,7 @@ class AtariEnvironment(Environment):
         """
         cfg = normalize_config(config)
         self._config = cfg
+        self.inline = inline_config(cfg)
         self._game: str = cfg["game"]
         self._mode: int | None = cfg["mode"]
         self._difficulty: int | None = cfg["difficulty"]

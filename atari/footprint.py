@@ -9,7 +9,6 @@ those up and add the reply being encoded.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,12 +53,10 @@ def atari_footprint(
         one = frame_bytes(cfg)
         frame = one // cfg["stack_num"]
         return Footprint(_SINGLE_BASE + 2 * one + _SINGLE_FRAMES * frame)
-    from .vector import vector_kwargs
+    from .vector import vector_kwargs, vector_threads
 
     cfg, _ = vector_kwargs(config)
     one = frame_bytes(cfg)
-    engines = num_envs // batch_size if batch_size else 1
-    threads = cfg["num_threads"] or os.cpu_count() or 1
     per_env = _VECTOR_BASE + one * _VECTOR_COPIES
     # The batch being encoded is one more observation per env.
-    return Footprint(num_envs * (per_env + one), engines * threads)
+    return Footprint(num_envs * (per_env + one), vector_threads(config, num_envs, batch_size))

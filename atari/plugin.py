@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from openenv_ws.environment import VectorEnvironment
+from openenv_ws.environment import Pace, VectorEnvironment
 from openenv_ws.registry import EnvPlugin
 
 from .config import DEFAULT_CONFIG, OBS_TYPES, games, normalize_config
@@ -13,7 +13,7 @@ from .environment import AtariEnvironment
 from .footprint import atari_footprint
 from .snapshots import SNAPSHOT_KEY_ENV
 
-__all__ = ["atari_factory", "atari_vector", "web_choices"]
+__all__ = ["AtariVector", "atari_factory", "atari_vector", "web_choices"]
 
 
 def web_choices() -> Mapping[str, Any]:
@@ -26,12 +26,21 @@ def web_choices() -> Mapping[str, Any]:
     }
 
 
-def atari_vector(config: dict[str, Any], num_envs: int, batch_size: int) -> VectorEnvironment:
-    """The envs of an Atari vector session (SPEC section 21) on ale-py's vector engine,
-    imported on the first vector session."""
-    from .vector import AtariVectorEnvironment
+class AtariVector:
+    """Atari's vector engine (SPEC section 21, ale-py's), imported on the first vector session."""
 
-    return AtariVectorEnvironment(config, num_envs, batch_size)
+    def __call__(
+        self, config: dict[str, Any], num_envs: int, batch_size: int, *, pace: Pace | None = None
+    ) -> VectorEnvironment:
+        """The envs of a vector session, built an engine of a few envs at a time, each in
+        a turn of `pace`."""
+        from .vector import AtariVectorEnvironment
+
+        return AtariVectorEnvironment(config, num_envs, batch_size, pace=pace)
+
+
+#: Builds the envs of Atari vector sessions (their threads: :func:`atari.footprint.atari_footprint`).
+atari_vector = AtariVector()
 
 
 #: Makes an :class:`~atari.environment.AtariEnvironment` from a session's config

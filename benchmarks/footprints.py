@@ -70,7 +70,9 @@ def main() -> None:
                 count,
                 vector=True,
             )
-        print(f"{name:<36} {grown / 1e6:>9.2f} MB {charged / 1e6:>9.2f} MB {charged / grown:>6.2f}x")
+        print(
+            f"{name:<36} {grown / 1e6:>9.2f} MB {charged / 1e6:>9.2f} MB {charged / grown:>6.2f}x"
+        )
 
 
 if __name__ == "__main__":

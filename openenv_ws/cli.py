@@ -60,6 +60,7 @@ def _json_config(text: str, flag: str) -> dict[str, Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .footprint import map_large_buffers
     from .server import ServerLimits, bind_socket, create_app, uvicorn_config
     from .server._fastws import busy_poll_problem, transport_limits_problem
     from .server._guard import connection_cap
@@ -69,6 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server.workers import WorkerBoard, reserve_port, run_workers
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    map_large_buffers()  # sessions' large frames go back to the system with them
     problem = busy_poll_problem(args.busy_poll)
     if problem is not None:
         raise SystemExit(f"--busy-poll {problem}")

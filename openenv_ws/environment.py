@@ -9,6 +9,7 @@ arrays, lists and maps of those) so it can travel in protocol v1 frames.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -28,6 +29,7 @@ __all__ = [
     "EnvResult",
     "EnvSpec",
     "Environment",
+    "Pace",
     "VectorEnvironment",
     "VectorFactory",
     "check_batch_obs",
@@ -113,6 +115,12 @@ class Environment(abc.ABC):
     #: section 7), so a slow call delays only its own session. An instance may
     #: set its own value in ``__init__`` (e.g. from its config).
     inline: bool = False
+
+    #: True if its calls hold the GIL while they work (an emulator's C calls):
+    #: on worker threads, such calls are made one at a time per process (SPEC
+    #: section 7), since each thread more that wants the GIL delays the event
+    #: loop's every turn; inline calls are not affected.
+    holds_gil: bool = False
 
     #: True if :meth:`step` takes ``out=``: an array of the observation's shape and
     #: dtype to write the observation into (then returned as ``obs``). The server
@@ -280,6 +288,12 @@ EnvFactory = Callable[[dict[str, Any]], Environment]
 #: ``num_envs`` and ``batch_size``; raises
 #: :class:`~openenv_ws.errors.EnvConfigError` for a config it refuses.
 VectorFactory = Callable[[dict[str, Any], int, int], VectorEnvironment]
+
+#: The turns of a vector build taken in steps (a vector factory may take it as the
+#: keyword ``pace``): called on the building thread with a step's env count, it gives
+#: the context to build that step in; entering waits for the step's turn, leaving
+#: counts its time. A step holds the GIL at most a few single builds' worth.
+Pace = Callable[[int], contextlib.AbstractContextManager[object]]
 
 
 def check_keys(config: Mapping[str, Any], allowed: Sequence[str], what: str) -> None:

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -30,11 +31,29 @@ from ..protocol import ClientFrame, decode_client_frame, encode, parse_step
 if TYPE_CHECKING:
     from ._session import FrameReply, Reply, ServerSession
 
-__all__ = ["Worker", "build", "call", "close_quietly", "timeout_message"]
+__all__ = ["MAX_GIL_CALLS", "Worker", "build", "call", "close_quietly", "timeout_message"]
 
 logger = logging.getLogger("openenv_ws.server")
 
 R = TypeVar("R")
+
+#: Calls of environments that hold the GIL (``Environment.holds_gil``) made at once
+#: on worker threads, per process: every thread that wants the GIL beside the event
+#: loop's makes the loop wait longer for it (a switch interval each), so such calls
+#: (Atari sessions of heavy preprocessing) take turns; the loop then waits for one.
+MAX_GIL_CALLS = 1
+# The turns of those calls, per event loop.
+_gil_lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _gil_lane() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    lane = _gil_lanes.get(loop)
+    if lane is None:
+        lane = _gil_lanes[loop] = asyncio.Semaphore(MAX_GIL_CALLS)
+    return lane
 
 
 class Worker:
@@ -70,6 +89,14 @@ class Worker:
         self._jobs.put((fn, data, settle, future, loop))
         return future
 
+    def discard(self, env: Any) -> bool:
+        """Close `env` and let it go on the thread, after the call in progress (if any);
+        False if the thread never started (the caller closes it)."""
+        if self._thread is None:
+            return False
+        self._jobs.put((close_quietly, env, None, None, None))
+        return True
+
     def stop(self) -> None:
         """End the thread after the call in progress, if any (idempotent)."""
         if self._thread is not None:
@@ -81,6 +108,11 @@ class Worker:
             if job is None:
                 return
             fn, data, settle, future, loop = job
+            del job
+            if future is None:  # a discard: nobody waits
+                fn(data)
+                del fn, data
+                continue
             result: Any = None
             error: BaseException | None = None
             try:
@@ -104,6 +136,16 @@ def _settled(
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        try:
+            first()
+        finally:
+            second()
+
+    return both
 
 
 def timeout_message(deadline: float) -> str:
@@ -137,11 +179,21 @@ async def call(
         if not session.open_for_calls():
             closed = session.refuse("internal", "the session was closed while this request waited")
             return (encode(closed[0]), closed[1]) if as_bytes else closed
+        lane = _gil_lane() if getattr(session.env, "holds_gil", False) else None
+        if lane is not None:
+            await lane.acquire()  # held until the call returns, past its deadline too
+            if not session.open_for_calls():
+                lane.release()
+                closed = session.refuse(
+                    "internal", "the session was closed while this request waited"
+                )
+                return (encode(closed[0]), closed[1]) if as_bytes else closed
         session.busy = True
+        settle = session.settle if lane is None else _then(session.settle, lane.release)
         future: asyncio.Future[Any] = (
-            worker.submit(session.handle, data, session.settle)
+            worker.submit(session.handle, data, settle)
             if as_bytes
-            else worker.submit(session.serve, data, session.settle)
+            else worker.submit(session.serve, data, settle)
         )
         try:
             async with asyncio.timeout(deadline):
@@ -165,10 +217,14 @@ async def build(
     config: dict[str, Any],
     deadline: float | None,
     returned: Callable[[], None],
+    *,
+    scope: asyncio.Timeout | None = None,
 ) -> Any:
     """``factory(config)`` on `worker`'s thread: the environment, or the exception it
     raised (the open answers it as it would have answered the call on the loop).
     `returned` runs on the event loop once the factory has returned, awaited or not.
+    `scope`: the deadline's scope, when the caller moves it (a build in steps, each
+    with its own deadline); None: `deadline` seconds from now.
 
     Raises:
         TimeoutError: no environment within `deadline` seconds; the one built later,
@@ -186,7 +242,8 @@ async def build(
             close_quietly(made.pop())
 
     future: asyncio.Future[Any] = worker.submit(run, config, settle)
-    scope = asyncio.timeout(deadline)
+    if scope is None:
+        scope = asyncio.timeout(deadline)
     try:
         async with scope:
             return await asyncio.shield(future)

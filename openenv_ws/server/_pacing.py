@@ -21,17 +21,31 @@ session's worker thread: Gymnasium, OpenEnv, ``module:factory``) stall
 nobody while they build: they are not paced, and at most
 :data:`MAX_BUILDS_OFF_LOOP` build at once (the others wait their turn, bounded
 as above), so a flood of opens cannot start a thread each.
+
+A vector session's open (``num_envs``) always builds (its envs are never
+pooled) and is always built off the event loop, on its session's worker
+thread, after the session was admitted (its weight is its env count). A
+vector factory that takes a ``pace`` keyword (Atari's) builds in steps that
+each hold the GIL (an engine of a few envs): each step takes a turn as a cold
+build does, and rests its share after, so an open of 64 envs rests as long
+as 64 cold builds would, and never stalls other sessions for more than one
+step. The server's ``step_timeout`` bounds each step, not the turns waited
+between. Other vector factories build in one step (a ``pace`` around it); a
+plugin that builds off the loop builds in one of the MAX_BUILDS_OFF_LOOP
+slots, not paced.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, overload
 
 from ..protocol import ClientFrame, Open, decode_client_frame, encode
 from ._offload import build
+from .vsession import open_vector
 
 if TYPE_CHECKING:
     from ._session import FrameReply, Reply, ServerSession
@@ -188,6 +202,8 @@ class ColdOpens:
                 request_id=builds,
             )
             return (encode(refused[0]), refused[1]) if isinstance(data, bytes) else refused
+        if builds is not None and frame is not None and frame.num_envs is not None:
+            return await self._serve_vector(session, data, frame)
         pool = self._pool
         misses = pool.misses if pool is not None else 0
         start = perf_counter()
@@ -232,6 +248,64 @@ class ColdOpens:
                     self.done(perf_counter() - start)  # failed builds (a bad mode) count too
         return out
 
+    async def _serve_vector(
+        self, session: ServerSession, data: bytes | ClientFrame, frame: Open
+    ) -> Reply | FrameReply:
+        """Serve the open of a vector session that had its turn: admitted first, its envs
+        built on the session's worker thread (a step at a time, each paced, unless the
+        plugin builds off the loop: then in one of the MAX_BUILDS_OFF_LOOP slots)."""
+        try:
+            if session.reserve(frame):
+                loop = asyncio.get_running_loop()
+                deadline = self._deadline
+                scope = asyncio.timeout(deadline)
+                pace = None if self._off_loop else _Pace(self, loop, scope, deadline)
+                if self._off_loop:
+                    self._building += 1
+                try:
+                    session.prebuilt(
+                        await build(
+                            session.worker(),
+                            lambda config: open_vector(self._factory, frame, pace=pace),
+                            dict(frame.config),
+                            deadline,
+                            self._returned if self._off_loop else _nothing,
+                            scope=scope,
+                        )
+                    )
+                except TimeoutError:
+                    assert deadline is not None
+                    late = session.refuse(
+                        "step_timeout",
+                        f"building the envs took longer than the server's deadline of "
+                        f"{deadline:g} s per step (openenv-ws serve --step-timeout)",
+                        request_id=frame.id,
+                    )
+                    session.close()
+                    return (encode(late[0]), late[1]) if isinstance(data, bytes) else late
+                finally:
+                    if pace is not None:
+                        pace.abandoned = True  # a build still running stops at its next step
+                    if self._off_loop:
+                        self.built += 1
+            # Refused (capacity, a bad num_envs...) by serve_open as it is, without a build.
+            return session.handle(data) if isinstance(data, bytes) else session.serve(data)
+        finally:
+            session.drop_prebuilt()
+
+    async def _rest(self) -> None:
+        """Wait for the turn of the next step of a paced build (see :class:`_Pace`)."""
+        loop = asyncio.get_running_loop()
+        if self._turns is None:
+            self._turns = asyncio.Lock()
+        self.waiting += 1
+        try:
+            async with self._turns:
+                while (delay := self._next - loop.time()) > 0 and self.busy():
+                    await asyncio.sleep(min(delay, BUSY_WINDOW))
+        finally:
+            self.waiting -= 1
+
     def _returned(self) -> None:
         """A constructor off the event loop returned: its build slot is free."""
         self._building -= 1
@@ -255,7 +329,7 @@ class ColdOpens:
         """The request id (0 counts) of an open that will build its environment, else None."""
         if frame is None or frame.resume is not None:
             return None
-        if self._ready is not None:
+        if self._ready is not None and frame.num_envs is None:  # vector envs are never pooled
             try:
                 if self._ready(frame.config):
                     return None  # served warm
@@ -272,3 +346,63 @@ class ColdOpens:
             "waiting": self.waiting,
             "refused": self.refused,
         }
+
+
+class _Abandoned(Exception):
+    """The open whose envs were being built went away: the build stops."""
+
+
+class _Pace:
+    """Turns of the steps of one vector build, taken from its worker thread.
+
+    Calling it with a step's env count gives the context to build that step
+    in: entering waits for the step's turn on the event loop (the first
+    step had the open's), leaving counts its time as a cold build's.
+    """
+
+    def __init__(
+        self,
+        opens: ColdOpens,
+        loop: asyncio.AbstractEventLoop,
+        scope: asyncio.Timeout,
+        deadline: float | None,
+    ) -> None:
+        self._opens = opens
+        self._loop = loop
+        self._scope = scope
+        self._deadline = deadline
+        self._first = True
+        #: Set once nobody waits for the build any more.
+        self.abandoned = False
+
+    async def _turn(self) -> None:
+        """The next step's turn; the deadline is off while it waits, and restarts after."""
+        if self.abandoned:  # the open's scope is gone with it
+            raise _Abandoned("the open was abandoned")
+        scope = self._scope
+        scope.reschedule(None)
+        await self._opens._rest()
+        if self.abandoned:
+            raise _Abandoned("the open was abandoned")
+        deadline = self._deadline
+        scope.reschedule(None if deadline is None else self._loop.time() + deadline)
+
+    @contextlib.contextmanager
+    def __call__(self, envs: int) -> Iterator[None]:
+        if self.abandoned:
+            raise _Abandoned("the open was abandoned")
+        if self._first:
+            self._first = False
+        else:
+            asyncio.run_coroutine_threadsafe(self._turn(), self._loop).result()
+        start = perf_counter()
+        try:
+            yield
+        finally:
+            seconds = perf_counter() - start
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self._loop.call_soon_threadsafe(self._opens.done, seconds)
+
+
+def _nothing() -> None:
+    """No build slot to free: a vector build is paced by its steps' turns."""

@@ -343,8 +343,6 @@ class ServerSession:
             self._closing = True
             return
         self.inline = False
-        if self._worker is not None:
-            self._worker.stop()
         for region in self._next_shared:
             if region is not None and region is not self.shared:
                 region.close()
@@ -352,6 +350,13 @@ class ServerSession:
         self.use_shared(None)
         self.machine.closed()
         env, self.env = self.env, None
+        worker = self._worker
+        if env is not None and env is self.vector and worker is not None:
+            # A vector engine's teardown (its threads, its envs) is work too: on the thread.
+            self.vector = None
+            env = None if worker.discard(env) else env
+        if worker is not None:
+            worker.stop()
         if env is not None:
             give_back = self._give_back
             try:
@@ -479,6 +484,25 @@ class ServerSession:
             return exc.code, str(exc)
         return None
 
+    def reserve(self, frame: Open) -> bool:
+        """Admit the open of a vector session before its envs are built (off the event
+        loop): its :attr:`weight` (env count) and :attr:`footprint` are known from
+        `frame`. False: not admitted, and :meth:`serve_open` refuses `frame` as it is,
+        without building anything. Released as any admitted session is (when it
+        closes, or its open fails)."""
+        assert frame.num_envs is not None
+        try:
+            self.machine.check(frame.OP)
+        except OpenEnvError:
+            return False
+        if self.open_refusal(frame) is not None:
+            return False
+        if self._admit is not None:
+            if self._admit(self) is not None:
+                return False
+            self._admitted = True
+        return True
+
     def prebuilt(self, outcome: Environment | BaseException) -> None:
         """The environment the next open gets (built off the event loop), or what building
         it raised; :meth:`drop_prebuilt` closes one no open took."""
@@ -495,12 +519,22 @@ class ServerSession:
             raise found
         return self._factory(config) if found is None else found
 
+    def _build_vector(self, frame: Open) -> VectorSession:
+        """The envs built for `frame` off the event loop (see :meth:`reserve`), or built now."""
+        found, self._prebuilt = self._prebuilt, None
+        if isinstance(found, BaseException):
+            raise found
+        if found is None:
+            return open_vector(self._factory, frame)
+        assert isinstance(found, VectorSession)
+        return found
+
     def serve_open(self, frame: Open) -> FrameReply:
         """Serve ``open``: admit the session and build its environment."""
         refused = ServerSession.open_refusal(self, frame)
         if refused is not None:
             return self.error(frame.id, *refused)
-        if self._admit is not None:
+        if self._admit is not None and not self._admitted:  # else admitted by reserve()
             refusal = self._admit(self)
             if refusal is not None:
                 return self.error(frame.id, *refusal)
@@ -510,7 +544,7 @@ class ServerSession:
             if frame.num_envs is None:
                 self.env = self._build(dict(frame.config))
             else:  # a vector session's envs are never pooled
-                self.env = self.vector = open_vector(self._factory, frame)
+                self.env = self.vector = self._build_vector(frame)
                 self._give_back = None
         except BaseException:
             self._leave()

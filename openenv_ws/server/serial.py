@@ -8,6 +8,7 @@ resets as Gymnasium's ``SyncVectorEnv`` does in the session's autoreset mode.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from ..environment import (
     Environment,
     EnvResult,
     EnvSpec,
+    Pace,
     VectorEnvironment,
     check_batch_obs,
 )
@@ -55,7 +57,13 @@ class SerialVectorEnvironment(VectorEnvironment):
     """
 
     def __init__(
-        self, factory: EnvFactory, config: dict[str, Any], num_envs: int, batch_size: int
+        self,
+        factory: EnvFactory,
+        config: dict[str, Any],
+        num_envs: int,
+        batch_size: int,
+        *,
+        pace: Pace | None = None,
     ) -> None:
         config = dict(config)
         mode = config.pop("autoreset_mode", "next_step")
@@ -78,7 +86,8 @@ class SerialVectorEnvironment(VectorEnvironment):
         self.envs: list[Environment] = []
         try:
             for _ in range(num_envs):
-                env = factory(dict(config))
+                with contextlib.nullcontext() if pace is None else pace(1):
+                    env = factory(dict(config))
                 self.envs.append(env)
                 if len(self.envs) == 1:  # before building the others
                     obs = env.spec.observation
@@ -92,7 +101,6 @@ class SerialVectorEnvironment(VectorEnvironment):
         except BaseException:
             self.close()
             raise
-        self.inline = all(env.inline for env in self.envs)
         self._ended = [False] * num_envs
         self._last: list[EnvResult] = []
         self._ids = np.arange(num_envs, dtype=np.int32)

@@ -1,15 +1,17 @@
 """Vector sessions on the server (SPEC section 21): one ``open`` with ``num_envs``, batches back.
 
 A :class:`VectorSession` takes the place of a session's environment (so the
-server's plumbing, inline or on a worker thread, resume and close, treats it as
-it treats any other) and answers the session's requests other than ``open``
-and ``close`` with :meth:`VectorSession.dispatch`: ``reset``, ``step`` and
+server's plumbing, resume and close, treats it as it treats any other; it is
+served on its session's worker thread, never on the event loop, and so is its
+open) and answers the session's requests other than ``open`` and ``close``
+with :meth:`VectorSession.dispatch`: ``reset``, ``step`` and
 ``send`` with ``batch`` frames, ``state`` with the session's counters.
 Single sessions never come here.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ from ..environment import (
     Environment,
     EnvResult,
     EnvSpec,
+    Pace,
     VectorEnvironment,
     VectorFactory,
 )
@@ -64,12 +67,14 @@ def check_num_envs(num_envs: int, max_envs: int) -> int:
     return num_envs
 
 
-def open_vector(factory: EnvFactory, frame: Open) -> VectorSession:
-    """Build the environments of a vector session from its ``open``.
+def open_vector(factory: EnvFactory, frame: Open, *, pace: Pace | None = None) -> VectorSession:
+    """Build the environments of a vector session from its ``open`` (off the event loop).
 
     `factory` is the server's environment factory; its ``vector`` attribute
     (:attr:`~openenv_ws.registry.EnvPlugin.vector`), when set, builds them,
     else :class:`~.serial.SerialVectorEnvironment` steps single instances in turn.
+    With `pace`, the build takes its turns: a step at a time when the vector factory
+    takes a ``pace`` keyword (the serial one does, an env a step), else in one step.
 
     Raises:
         EnvConfigError: a config refused.
@@ -79,10 +84,17 @@ def open_vector(factory: EnvFactory, frame: Open) -> VectorSession:
     batch_size = num_envs if frame.batch_size is None else frame.batch_size
     vector: VectorFactory | None = getattr(factory, "vector", None)
     config = dict(frame.config)
-    if vector is not None:
+    if vector is None:
+        venv: VectorEnvironment = SerialVectorEnvironment(
+            factory, config, num_envs, batch_size, pace=pace
+        )
+    elif pace is None:
         venv = vector(config, num_envs, batch_size)
+    elif "pace" in inspect.signature(vector).parameters:
+        venv = vector(config, num_envs, batch_size, pace=pace)  # type: ignore[call-arg]
     else:
-        venv = SerialVectorEnvironment(factory, config, num_envs, batch_size)
+        with pace(num_envs):
+            venv = vector(config, num_envs, batch_size)
     return VectorSession(venv)
 
 
@@ -97,9 +109,12 @@ class VectorSession(Environment):
         venv: the session's environments.
     """
 
+    #: Served on the session's worker thread, never on the event loop: a reset or a
+    #: step of many envs is not small, whatever a single env's is.
+    inline = False
+
     def __init__(self, venv: VectorEnvironment) -> None:
         self.venv = venv
-        self.inline = venv.inline
         self.num_envs = venv.num_envs
         self.batch_size = venv.batch_size
         spec = venv.spec

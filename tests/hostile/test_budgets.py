@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from atari.vector import vector_threads
 from openenv_ws.protocol import Close, Closed, Error, Open, Opened, Reset, Result, Step, encode
 
 from ..reliability.conftest import wait_until
@@ -78,21 +79,25 @@ def test_heavy_sessions_are_admitted_until_the_memory_budget_is_spent() -> None:
 
 def test_a_vector_session_over_the_engine_thread_budget_is_refused() -> None:
     with (
-        hostile_server("--env", "atari", "--max-engine-threads", "4", "--pool-size", "0") as server,
+        hostile_server("--env", "atari", "--max-engine-threads", "3", "--pool-size", "0") as server,
         Neighbour(server, {"game": "pong"}) as neighbour,
     ):
         threads = psutil.Process(server.pid).num_threads()
         with server.raw() as ws:
-            # Two engines of 4 envs, 4 threads each: 8 threads asked, 4 allowed.
+            # Two engines of 4 envs: more threads than the 3 allowed.
             config = {"game": "pong", "num_threads": 4}
+            asked = vector_threads(config, 8, 4)
+            assert asked > 3
             answer = _open(ws, 1, config, num_envs=8, batch_size=4)
             assert isinstance(answer, Error) and answer.code == "capacity", answer
-            assert "8 threads" in answer.message and "--max-engine-threads" in answer.message
+            assert f"{asked} threads" in answer.message, answer.message
+            assert "--max-engine-threads" in answer.message
             assert psutil.Process(server.pid).num_threads() <= threads + 2
         with server.raw() as ws:  # within the budget it opens
             answer = _open(ws, 1, {"game": "pong", "num_threads": 2}, num_envs=4, batch_size=4)
             assert isinstance(answer, Opened), answer
-            assert server.health()["engine_threads"]["used"] == 2
+            used = server.health()["engine_threads"]["used"]
+            assert used == vector_threads({"num_threads": 2}, 4, 4) <= 3
         neighbour.check()
 
 
