@@ -263,11 +263,17 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             per env (:class:`~openenv_ws.client.VectorEnvClient`).
         render_mode: None or ``"rgb_array"`` (each env's last observation, for
             RGB image observations).
+        batch_size: envs per batch (vector sessions; default ``num_envs``). With
+            fewer, EnvPool's asynchronous mode: :meth:`reset` returns the first
+            ``batch_size`` envs ready, :meth:`send` acts on a batch and
+            :meth:`recv` returns the next; :meth:`step` is ``send`` + ``recv``.
+            The batched spaces have ``batch_size`` rows, as every result has.
         **client_kwargs: passed to the client (``token``, ``timeout``,
             ``busy_poll``, ``copy``, ...).
 
-    The client stays reachable as ``.client`` for EnvPool-style
-    ``send``/``recv``.
+    ``infos["env_id"]`` names the env of each row (as EnvPool's), with EnvPool's
+    other Atari keys: ``lives``, and under ``reward_clipping``/``episodic_life``
+    ``reward`` (raw) and ``terminated`` (the real game over).
     """
 
     def __init__(
@@ -280,10 +286,19 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         session: str = "auto",
         render_mode: str | None = None,
+        batch_size: int | None = None,
         **client_kwargs: Any,
     ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if batch_size is not None:
+            if session == "per_env":
+                raise ValueError(
+                    "batch_size is for vector sessions (session='vector' or 'auto'); with "
+                    "session='per_env' use client.send()/client.recv(min_envs=...)"
+                )
+            client_kwargs["batch_size"] = batch_size
+            session = "vector"
         self.client = open_vector_client(
             urls,
             num_envs,
@@ -294,6 +309,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             **client_kwargs,
         )
         self.num_envs = self.client.num_envs
+        #: Envs per result: ``num_envs``, or fewer in an asynchronous session.
+        self.batch_size: int = getattr(self.client, "batch_size", self.num_envs)
         spec = self.client.spec
         rgb = is_rgb(spec.observation)
         mode = _AUTORESET_MODES[self.client.autoreset_mode]
@@ -305,8 +322,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._last_obs: np.ndarray[Any, Any] | None = None
         self.single_action_space = gym_space(spec.action)
         self.single_observation_space = gym_space(spec.observation)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.batch_size)
+        self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         # What gymnasium.make_vec(ENV_ID, ...) records (it sets its own when it makes the env);
         # gymnasium.make_vec(envs.spec) makes the same sessions again. The token stays out.
         self.spec = copy.copy(gymnasium.spec(ENV_ID))
@@ -320,6 +337,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             "num_envs": self.num_envs,
             "vectorization_mode": "vector_entry_point",
         }
+        if batch_size is not None:
+            self.spec.kwargs["batch_size"] = batch_size
 
     def reset(
         self,
@@ -340,8 +359,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if isinstance(self.client, VectorSessionClient):
             # Every row of the batch, as untouched envs are; Gymnasium's infos are the reset's.
             reset = None if env_ids is None else np.isin(np.arange(self.num_envs), env_ids)
-            infos = mask_infos(infos, self.num_envs, reset)
-            infos.pop("env_id")  # rows are in env order, as in Gymnasium's vector envs
+            infos = mask_infos(infos, len(obs), reset)
         self._last_obs = obs
         return obs, infos
 
@@ -363,10 +381,50 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         Raises:
             ValueError: ``actions`` does not have shape ``(num_envs, ...)``.
         """
+        if self.batch_size < self.num_envs:
+            self.send(actions)
+            return self.recv()
         obs, rewards, terminations, truncations, infos = self.client.step(actions)
         if isinstance(self.client, VectorSessionClient):
             infos = mask_infos(infos, self.num_envs)
-            infos.pop("env_id")
+        self._last_obs = obs
+        return obs, rewards, terminations, truncations, infos
+
+    def send(
+        self, actions: np.ndarray[Any, Any], env_id: np.ndarray[Any, Any] | None = None
+    ) -> None:
+        """EnvPool's ``send``: act on the envs of the last result (``infos["env_id"]``,
+        or `env_id`, the same envs in any order) and return at once.
+
+        Raises:
+            InvalidState: a send already awaits its :meth:`recv`.
+            ValueError: `actions` or `env_id` do not fit the last result.
+        """
+        self.client.send(actions, env_id)
+
+    def recv(
+        self,
+    ) -> tuple[
+        np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
+        dict[str, Any],
+    ]:
+        """EnvPool's ``recv``: the next ``batch_size`` results, ``infos["env_id"]`` naming
+        their envs.
+
+        Raises:
+            InvalidState: no :meth:`send` is pending.
+        """
+        if isinstance(self.client, VectorSessionClient):
+            obs, rewards, terminations, truncations, infos = self.client.recv()
+            infos = mask_infos(infos, len(obs))
+        else:
+            batch = self.batch_size
+            obs, rewards, terminations, truncations, infos = self.client.recv(
+                min_envs=batch, max_envs=batch
+            )
         self._last_obs = obs
         return obs, rewards, terminations, truncations, infos
 
