@@ -83,6 +83,12 @@ _NOT_RGB = (
     "session opened with config 'render': true); this session sends {}"
 )
 
+_NOT_RGB_VECTOR = (
+    "render_mode='rgb_array' in a vector env shows each env's last observation, so it needs "
+    "RGB image observations (H, W, 3) uint8; this session sends {}: leave render_mode out, "
+    "or render one env with RemoteEnv(..., render_mode='rgb_array')"
+)
+
 #: The info key of a result's frame in a session that renders (the Gymnasium plugin's).
 _FRAME = "render"
 
@@ -165,9 +171,10 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
     ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        check_config(config)
         self.render_mode = render_mode
         if url is None:
-            self.client: EnvClient[Any] = EnvClient.from_local(config=config, **client_kwargs)
+            self.client: EnvClient[Any] = _local_client(config, client_kwargs)
         else:
             self.client = EnvClient(url, config=config, **client_kwargs)
         spec: EnvSpec = self.client.spec
@@ -190,6 +197,20 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
             # Read by Gymnasium's AtariPreprocessing (it refuses frame skipping on both sides).
             self._frameskip = spec.extra.get("config", {}).get("frameskip")
             self.ale = _Screen(self)
+
+    @property
+    def spec(self) -> gymnasium.envs.registration.EnvSpec | None:  # type: ignore[override]
+        """What ``gymnasium.make`` recorded, with ``max_episode_steps`` the session's own
+        (the server truncates episodes there)."""
+        return self.__dict__.get("_gym_spec")
+
+    @spec.setter
+    def spec(self, value: gymnasium.envs.registration.EnvSpec | None) -> None:
+        steps = _max_episode_steps(self.__dict__.get("_spec"))
+        if value is not None and value.max_episode_steps is None and steps is not None:
+            value = copy.copy(value)
+            value.max_episode_steps = steps
+        self.__dict__["_gym_spec"] = value
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -299,6 +320,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                 )
             client_kwargs["batch_size"] = batch_size
             session = "vector"
+        check_config(config)
         self.client = open_vector_client(
             urls,
             num_envs,
@@ -318,7 +340,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.render_mode = render_mode
         if render_mode is not None and not rgb:
             self.client.close()
-            raise EnvConfigError(_NOT_RGB.format(spec.observation))
+            raise EnvConfigError(_NOT_RGB_VECTOR.format(spec.observation))
         self._last_obs: np.ndarray[Any, Any] | None = None
         self.single_action_space = gym_space(spec.action)
         self.single_observation_space = gym_space(spec.observation)
@@ -566,6 +588,53 @@ def _vector_entry_point(
             "(the server ends episodes with truncated=True)"
         )
     return RemoteVectorEnv(url, num_envs, **kwargs)
+
+
+def _max_episode_steps(spec: EnvSpec | None) -> int | None:
+    """Where the server truncates a session's episodes, if known: an Atari config's
+    ``max_episode_steps``, or a Gymnasium id's (its ``kwargs``, else its registration)."""
+    if spec is None:
+        return None
+    extra = spec.extra
+    config = extra.get("config")
+    steps = config.get("max_episode_steps") if isinstance(config, Mapping) else None
+    gym_id = extra.get("id")
+    if steps is None and isinstance(gym_id, str):
+        kwargs = extra.get("kwargs")
+        steps = kwargs.get("max_episode_steps") if isinstance(kwargs, Mapping) else None
+        if steps is None and gym_id in gymnasium.registry:
+            steps = gymnasium.registry[gym_id].max_episode_steps
+    return steps if type(steps) is int else None
+
+
+def check_config(config: Any) -> None:
+    """Refuse a config that is not a mapping (``config="CartPole-v1"``) with a clear error.
+
+    Raises:
+        EnvConfigError: `config` is neither None nor a mapping.
+    """
+    if config is not None and not isinstance(config, Mapping):
+        example = f"{{'id': {config!r}}}" if isinstance(config, str) else "{'game': 'pong'}"
+        raise EnvConfigError(
+            f"config must be a mapping of options such as {example}, got {type(config).__name__}"
+        )
+
+
+def _local_client(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> EnvClient[Any]:
+    """A session on a local server started for it: Atari, or Gymnasium's for a config
+    with a Gymnasium ``id`` (that id allowed)."""
+    from .providers.local import LocalServerProvider
+
+    gym_id = (config or {}).get("id")
+    args = ["--env", "gymnasium", "--gym-ids", gym_id] if isinstance(gym_id, str) else []
+    provider = LocalServerProvider(args=args).start()
+    try:
+        client: EnvClient[Any] = EnvClient(provider.url, config=config, **kwargs)
+    except BaseException:
+        provider.stop()
+        raise
+    client._provider = provider
+    return client
 
 
 def is_rgb(spec: Space) -> bool:
