@@ -51,6 +51,9 @@ __all__ = ["GameMonitor", "RemoteVecEnv"]
 _ATTRIBUTES = ("render_mode", "metadata", "observation_space", "action_space", "spec_extra")
 #: What env_method can call on each env.
 _METHODS = ("get_action_meanings", "render")
+#: Info keys a same-step vector session's row holds of the step that ended (SPEC section 21,
+#: item 6): EnvPool's raw reward and real game over.
+_ENDING_KEYS = ("reward", "terminated")
 #: Info keys of the vector layout that are not one env's info.
 _VECTOR_KEYS = frozenset({"env_id", "final_obs", "final_info"})
 
@@ -190,9 +193,10 @@ class RemoteVecEnv(VecEnv):
                 # SB3 keeps the ending step's info; the new episode's goes to reset_infos.
                 i = rows[end]
                 self.reset_infos[i] = env_infos[i]
-                # Atari vector sessions send nothing of the ending step's info: their row's
-                # info is kept (its reward and terminated are the ending step's).
-                env_infos[i] = finals[i] if finals[i] else dict(env_infos[i])
+                env_infos[i] = finals[i]
+                if not finals[i]:  # a vector session's row: the ended step's reward and flags
+                    row = self.reset_infos[i]
+                    env_infos[i] = {k: row[k] for k in _ENDING_KEYS if k in row}
                 env_infos[i]["terminal_observation"] = final_obs[end]
         for r, i in enumerate(rows):
             env_infos[i]["TimeLimit.truncated"] = bool(truncations[r] and not terminations[r])
