@@ -310,7 +310,10 @@ class AtariEnvironment(Environment):
                 code="bad_request",
             )
         pre = self._pre
-        if seed is None and pre is not None and self._running and pre.continues:
+        # After a lost life the game goes on, unless seeded anew or truncated.
+        going_on = seed is None and pre is not None and self._running and pre.continues
+        if going_on and not any(self._done_flags()):
+            assert pre is not None
             return self._continue_game(ale, pre, episode_id)
         seeds = self._new_game(ale, seed)
         if pre is not None:
