@@ -320,7 +320,8 @@ class AtariVectorEnvironment(VectorEnvironment):
             final = info.get("final_obs")
             final = info["final_obs"] = np.zeros_like(obs) if final is None else final.copy()
             final[lost] = obs[lost]
-        return terminated | lost
+        ended: np.ndarray[Any, Any] = terminated | lost
+        return ended
 
     def state(self) -> dict[str, Any]:
         return {"config": dict(self._config), "game": self._config["game"]}

@@ -36,6 +36,7 @@ Requires ``gymnasium``.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +44,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from .client import VectorSessionClient
 from .errors import EnvConfigError
 from .gym import RemoteVectorEnv
 
@@ -80,6 +82,8 @@ _ONLY_DEFAULT = {
     "use_inter_area_resize": "frames are resized with OpenCV's INTER_AREA",
 }
 _TASK = re.compile(r"^([A-Za-z0-9]+)-v5$")
+# Arguments of the vector session's client that make() sets itself (the others pass through).
+_NOT_CLIENT_KEYS = frozenset({"url", "num_envs", "config", "batch_size", "autoreset_mode"})
 
 
 def to_config(task_id: str, **options: Any) -> dict[str, Any]:
@@ -227,7 +231,7 @@ class EnvPoolEnv(RemoteVectorEnv, gymnasium.Env):  # type: ignore[misc]
         self._held = None
         super().send(np.asarray(actions), env_id)
 
-    def recv(  # type: ignore[override]
+    def recv(
         self,
     ) -> tuple[
         np.ndarray[Any, Any],
@@ -240,7 +244,7 @@ class EnvPoolEnv(RemoteVectorEnv, gymnasium.Env):  # type: ignore[misc]
         held = self._held
         if held is not None:
             self._held = None
-            return held  # type: ignore[no-any-return]
+            return held
         return self._envpool(*super().recv())
 
     # ------------------------------------------------------------------ results
@@ -324,8 +328,9 @@ def make(
             f"env_type {env_type!r} is not offered; use env_type='gymnasium' (the "
             "(obs, reward, terminated, truncated, info) API)"
         )
-    options = {k: kwargs.pop(k) for k in list(kwargs) if k in DEFAULTS or k in _IGNORED}
-    config = to_config(task_id, **options)
+    client = set(inspect.signature(VectorSessionClient).parameters) - _NOT_CLIENT_KEYS
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k not in client}
+    config = to_config(task_id, **options)  # an unknown option is named with EnvPool's
     provider = None
     if url is None:
         from .providers.local import LocalServerProvider

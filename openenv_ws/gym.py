@@ -199,7 +199,7 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
             self.ale = _Screen(self)
 
     @property
-    def spec(self) -> gymnasium.envs.registration.EnvSpec | None:  # type: ignore[override]
+    def spec(self) -> gymnasium.envs.registration.EnvSpec | None:
         """What ``gymnasium.make`` recorded, with ``max_episode_steps`` the session's own
         (the server truncates episodes there)."""
         return self.__dict__.get("_gym_spec")

@@ -127,6 +127,8 @@ def test_envpool_option_names_and_defaults() -> None:
     assert defaults["max_num_frames_per_episode"] == spec.max_episode_steps * spec.frame_skip
     with pytest.raises(EnvConfigError, match="reward_clip"):
         ours.to_config("Pong-v5", reward_clipping=True)  # ours; EnvPool's name is listed
+    with pytest.raises(EnvConfigError, match="reward_clip, stack_num"):  # before connecting
+        ours.make("Pong-v5", url="ws://127.0.0.1:9", reward_clipping=True)
     with pytest.raises(EnvConfigError, match="Atari task"):
         ours.to_config("CartPole-v1")
 
