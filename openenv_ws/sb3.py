@@ -4,19 +4,19 @@ Any SB3 algorithm trains on a server's environments as it would on a
 ``DummyVecEnv``::
 
     from stable_baselines3 import PPO
-    from openenv_ws.sb3 import RemoteVecEnv
+    from openenv_ws.sb3 import GameMonitor, RemoteVecEnv
 
-    env = RemoteVecEnv("ws://127.0.0.1:8000", 8, config={"game": "pong", "obs_type": "grayscale",
-                       "img_height": 84, "img_width": 84, "stack_num": 4})
+    config = {"game": "breakout", "obs_type": "grayscale", "img_height": 84, "img_width": 84,
+              "stack_num": 4, "maxpool": True, "noop_max": 30, "episodic_life": True,
+              "reward_clipping": True, "use_fire_reset": True}   # SB3's AtariWrapper
+    env = GameMonitor(RemoteVecEnv("ws://127.0.0.1:8000", 8, config=config))  # statistics
     PPO("CnnPolicy", env).learn(100_000)
 
-Episode statistics (``ep_rew_mean``, ``ep_len_mean``) come from :class:`GameMonitor`,
-SB3's ``VecMonitor`` for games: one episode per real game, its return unclipped
-even when the server clips rewards (``info["reward"]``), its length in
-emulator frames as SB3's ``Monitor`` counts them under ``AtariWrapper``::
-
-    env = GameMonitor(RemoteVecEnv(url, 8, config={"game": "breakout", "episodic_life": True,
-                                                   "reward_clipping": True, ...}))
+:class:`GameMonitor` is the one line that gives ``ep_rew_mean`` and
+``ep_len_mean``: SB3's ``VecMonitor`` for games, one episode per real game
+(not per life), its return unclipped even when the server clips rewards
+(``info["reward"]``), its length in emulator frames as SB3's ``Monitor``
+counts them under ``AtariWrapper``. Without it SB3 logs no episodes.
 
 The envs reset themselves on the step that ends an episode (SB3's rule): that
 step returns the new episode's first observation, ``infos[i]`` is the ending
