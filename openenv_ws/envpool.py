@@ -314,7 +314,9 @@ def make(
 
     Args:
         task_id: an EnvPool Atari task, e.g. ``"Breakout-v5"``.
-        env_type: ``"gymnasium"`` (EnvPool's ``"gym"`` and ``"dm"`` are not offered).
+        env_type: ``"gymnasium"``; ``"gym"`` gives the same, as EnvPool 1.2.5 does
+            where the ``gym`` package is not installed (CleanRL's scripts ask for it);
+            ``"dm"`` is not offered.
         num_envs, batch_size, num_threads, seed: EnvPool's.
         url: the server; None starts a local server subprocess, stopped on close.
         **kwargs: EnvPool's Atari options (:data:`DEFAULTS`), and client
@@ -323,7 +325,7 @@ def make(
     Raises:
         EnvConfigError: see :func:`to_config`; an `env_type` other than ``"gymnasium"``.
     """
-    if env_type != "gymnasium":
+    if env_type not in ("gymnasium", "gym"):
         raise EnvConfigError(
             f"env_type {env_type!r} is not offered; use env_type='gymnasium' (the "
             "(obs, reward, terminated, truncated, info) API)"

@@ -139,7 +139,7 @@ def test_a_gymnasium_wrapper_wraps_it(atari_server: ServerThread) -> None:
             super().__init__(env)
             self.num_envs = env.num_envs
 
-    env = Count(ours.make("Pong-v5", num_envs=2, url=atari_server.url))
+    env = Count(ours.make("Pong-v5", "gym", num_envs=2, url=atari_server.url))  # CleanRL's
     obs, _ = env.reset()
     assert obs.shape == (2, 4, 84, 84) and env.num_envs == 2
     env.close()
