@@ -313,8 +313,13 @@ class AtariEnvironment(Environment):
                 f"seed must be a non-negative integer or None, got {brief(seed)}",
                 code="bad_request",
             )
-        seeds = self._new_game(ale, seed)
         pre = self._pre
+        # After a lost life the game goes on, unless seeded anew or truncated.
+        going_on = seed is None and pre is not None and self._running and pre.continues
+        if going_on and not any(self._done_flags()):
+            assert pre is not None
+            return self._continue_game(ale, pre, episode_id)
+        seeds = self._new_game(ale, seed)
         if pre is not None:
             pre.noops(self._rng, lambda: self._new_game(ale, seed))
         self._repeats.start(ale, ale_py.Action.NOOP)
@@ -337,6 +342,27 @@ class AtariEnvironment(Environment):
         if self._palette is not None:
             obs = self._checked_screen(obs)
         return EnvResult(obs, info=info)
+
+    def _continue_game(
+        self, ale: ale_py.ALEInterface, pre: Preprocessor, episode_id: str | None
+    ) -> EnvResult:
+        """The reset after a life lost under ``episodic_life``: the game goes on (EnvPool's
+        rule). Its NOOPs (and FIRE) are recorded as steps, so snapshots stay exact."""
+
+        def noop(action: Any) -> None:
+            self._record_action(action)
+            self._record_frames(1)
+
+        if pre.noops(self._rng, lambda: self._new_game(ale, None), noop):
+            self._steps = 0  # the game ended during the NOOPs and started again
+            self._repeats.start(ale, ale_py.Action.NOOP)
+        if pre.options.fire_reset:
+            ale.act(ale_py.Action.FIRE)
+            noop(ale_py.Action.FIRE)
+        pre.begin(continued=True)
+        self._restored_screen = None
+        self._episode_id = episode_id if episode_id is not None else uuid.uuid4().hex
+        return EnvResult(pre.observation(), info=self._info())
 
     def _new_game(self, ale: ale_py.ALEInterface, seed: int | None) -> list[int] | None:
         """Start the game over; seeded, from the freshly loaded game. The seeds derived."""
@@ -410,17 +436,22 @@ class AtariEnvironment(Environment):
         ale_action = self._actions[action]
         skip = self._skip
         frames = len(skip) if skip is not None else int(self._rng.integers(*self._skip_bounds))
-        reward, played = pre.play(ale_action, frames)
+        raw, played = pre.play(ale_action, frames)
         self._record_action(ale_action)
         self._record_frames(played)
         self._steps += 1
         terminated, truncated = self._done_flags()
+        info = self._info()
+        if pre.options.reward_clipping:
+            info["reward"] = raw
+        if pre.options.episodic_life:
+            info["terminated"] = terminated
         return EnvResult(
             pre.observation(out) if obs else None,
-            reward,
+            float(np.sign(raw)) if pre.options.reward_clipping else raw,
             terminated or pre.life_lost,
             truncated,
-            self._info(),
+            info,
         )
 
     def _coerce_action(self, action: Any) -> int:
@@ -441,11 +472,18 @@ class AtariEnvironment(Environment):
         return self._ale
 
     def _info(self) -> dict[str, Any]:
-        return {
+        info: dict[str, Any] = {
             "lives": self._lives(),
             "episode_frame_number": self._episode_frame(),
             "frame_number": self._frame(),
         }
+        pre = self._pre
+        if pre is not None:  # EnvPool's keys, in resets as in steps
+            if pre.options.reward_clipping:
+                info["reward"] = 0.0
+            if pre.options.episodic_life:
+                info["terminated"] = False
+        return info
 
     def _done_flags(self) -> tuple[bool, bool]:
         return (

@@ -28,7 +28,13 @@ terminal_on_life_loss=episodic_life, grayscale_obs)`` and
   FIRE, then presses FIRE for one frame in place of the last NOOP, as
   ``AtariVectorEnv`` does.
 - ``reward_clipping`` reports the sign of a step's summed reward (-1, 0 or
-  1), as ``AtariVectorEnv`` does.
+  1), as ``AtariVectorEnv`` does; ``info["reward"]`` keeps the raw sum.
+- ``episodic_life`` ends the *episode* at a lost life but not the *game*, as
+  EnvPool and SB3's ``EpisodicLifeEnv`` do (Gymnasium's ``AtariPreprocessing``
+  starts the game over instead): the next unseeded reset plays its NOOPs
+  (and FIRE) in the game going on and pushes its frame on the stack; the step
+  count (``max_episode_steps``) runs on. ``info["terminated"]`` is the real
+  game over. A seeded reset always starts a new game.
 
 The slots, the stack and the lives seen belong to the episode: snapshots
 carry them (:meth:`Preprocessor.state`).
@@ -152,28 +158,53 @@ class Preprocessor:
         self._lives = 0
         self.life_lost = False
 
-    def noops(self, rng: np.random.Generator, restart: Callable[[], Any]) -> None:
-        """The reset's NOOP frames; `restart` starts the game again should it end during them."""
+    @property
+    def continues(self) -> bool:
+        """Whether the next reset continues the game: the episode ended at a lost life
+        under ``episodic_life`` with the game still on (as EnvPool's and SB3's
+        ``EpisodicLifeEnv`` do; the real game over is ``info["terminated"]``)."""
+        return self.life_lost and not self._over()
+
+    def noops(
+        self,
+        rng: np.random.Generator,
+        restart: Callable[[], Any],
+        record: Callable[[Any], Any] | None = None,
+    ) -> bool:
+        """The reset's NOOP frames; `restart` starts the game again should it end during them.
+
+        `record` is told of each NOOP played. True if the game was started again.
+        """
         options = self.options
         count = int(rng.integers(1, options.noop_max + 1)) if options.noop_max > 0 else 0
         if options.fire_reset:
             count = max(count - 1, 0)
         act, over, noop = self._act, self._over, ale_py.Action.NOOP
+        restarted = False
         for _ in range(count):
             act(noop)
+            if record is not None:
+                record(noop)
             if over():
                 restart()
+                restarted = True
+        return restarted
 
-    def begin(self) -> None:
-        """The first frame of an episode, after the reset's NOOPs (and FIRE), fills the stack."""
+    def begin(self, *, continued: bool = False) -> None:
+        """The first frame of an episode, after the reset's NOOPs (and FIRE), fills the
+        stack; in a `continued` game it is pushed on the stack, as a step's frame is."""
         self._capture(self._last)
         self._before.fill(0)
         self._lives = self._lives_now()
         self.life_lost = False
-        self._stack[:] = self._frame()
+        if continued:
+            self._stack[:-1] = self._stack[1:]
+            self._stack[-1] = self._frame()
+        else:
+            self._stack[:] = self._frame()
 
     def play(self, action: Any, frames: int) -> tuple[float, int]:
-        """Play one step; its reward (clipped if asked) and the frames played.
+        """Play one step; its reward (raw: the caller clips it) and the frames played.
 
         Sets :attr:`life_lost`.
         """
@@ -202,8 +233,6 @@ class Preprocessor:
         self._stack[:-1] = self._stack[1:]
         self._stack[-1] = self._frame()
         self.life_lost = lost
-        if options.reward_clipping:
-            reward = float(np.sign(reward))
         return reward, played
 
     def _frame(self) -> np.ndarray[Any, Any]:

@@ -119,8 +119,10 @@ def vector_kwargs(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
         "frameskip": cfg["frameskip"],
         "maxpool": cfg["maxpool"],
         "noop_max": cfg["noop_max"],
-        "episodic_life": cfg["episodic_life"],
-        "reward_clipping": cfg["reward_clipping"],
+        # Both done here (AtariVectorEnvironment): the engine restarts the game at a lost
+        # life and keeps no raw reward.
+        "episodic_life": False,
+        "reward_clipping": False,
         "use_fire_reset": cfg["use_fire_reset"],
     }
     return {**cfg, "autoreset_mode": mode, "num_threads": threads}, kwargs
@@ -183,7 +185,7 @@ def _num_threads(threads: Any) -> int:
 class _Engine:
     """One synchronous ``AtariVectorEnv``: consecutive env ids from `base`."""
 
-    __slots__ = ("base", "engine", "paddles", "rows", "size")
+    __slots__ = ("base", "engine", "lives", "lost", "paddles", "rows", "size")
 
     def __init__(self, base: int, size: int, kwargs: Mapping[str, Any]) -> None:
         self.base = base
@@ -192,6 +194,12 @@ class _Engine:
         self.paddles = np.ones(size, np.float32)
         # Row of each env in the last batch (the order the engine applies actions in).
         self.rows = np.arange(size, dtype=np.intp)
+        # episodic_life: each env's lives last seen, and whether its episode ended at a lost life.
+        self.lives = np.zeros(size, np.int32)
+        self.lost = np.zeros(size, np.bool_)
+        # episodic_life: each env's lives last seen, and whether its episode ended at a lost life.
+        self.lives = np.zeros(size, np.int32)
+        self.lost = np.zeros(size, np.bool_)
 
 
 class _Block:
@@ -213,6 +221,13 @@ class AtariVectorEnvironment(VectorEnvironment):
     ``info`` (``lives``, ``frame_number``, ``episode_frame_number``, and in
     same-step mode ``final_obs`` in batches where an env ended, zero in the rows
     of the envs that did not) is passed on.
+
+    ``episodic_life`` ends an env's episode at a lost life and lets its game go
+    on, as EnvPool does (the engine alone would start the game over):
+    ``terminated`` is set and ``info["terminated"]`` is the real game over; the
+    env's next step is its reset (next-step mode: reward 0, FIRE played instead
+    of the action under ``use_fire_reset``). ``reward_clipping`` keeps the raw
+    reward in ``info["reward"]``.
 
     A synchronous session is one block of ``num_envs`` envs. An asynchronous
     one (``batch_size`` < ``num_envs``, which must divide it) is
@@ -287,6 +302,10 @@ class AtariVectorEnvironment(VectorEnvironment):
         self._due: collections.deque[_Block] = collections.deque()
         self._held: dict[int, BatchResult] = {}
         actions = list(self._current.engines[0].engine.ale.get_action_set())
+        self._episodic = bool(cfg["episodic_life"])
+        self._clip = bool(cfg["reward_clipping"])
+        fire = cfg["use_fire_reset"] and ale_py.Action.FIRE in actions
+        self._fire = actions.index(ale_py.Action.FIRE) if fire else -1
         self._spec = EnvSpec(
             action=DiscreteSpec(len(actions), tuple(_ACTION_NAMES[a] for a in actions)),
             observation=ArraySpec(shape, "uint8", 0, 255),
@@ -350,11 +369,14 @@ class AtariVectorEnvironment(VectorEnvironment):
                 self._send(unit, actions[mine], env_ids[mine])
         self._due.append(block)
 
-    @staticmethod
-    def _send(unit: _Engine, actions: np.ndarray[Any, Any], env_ids: np.ndarray[Any, Any]) -> None:
+    def _send(
+        self, unit: _Engine, actions: np.ndarray[Any, Any], env_ids: np.ndarray[Any, Any]
+    ) -> None:
         # The engine gives each action to the env in the same row of its last batch.
         in_rows = np.empty(unit.size, np.int64)
         in_rows[unit.rows[env_ids - unit.base]] = actions
+        if self._fire >= 0 and unit.lost.any():  # the reset after a lost life presses FIRE
+            in_rows[unit.rows[np.flatnonzero(unit.lost)]] = self._fire
         unit.engine.ale.send(in_rows, unit.paddles)
 
     def recv(self) -> BatchResult:
@@ -389,6 +411,11 @@ class AtariVectorEnvironment(VectorEnvironment):
     ) -> BatchResult:
         local = info.pop("env_id")
         unit.rows[local] = np.arange(len(local))
+        if self._clip:
+            info["reward"] = reward.astype(np.float64)
+            reward = np.sign(reward)
+        if self._episodic:
+            terminated = self._lost_lives(unit, local, obs, reward, terminated, truncated, info)
         final = info.get("final_obs")
         if final is not None:
             # The engine leaves the rows of envs that did not end undefined: zeros on the wire.
@@ -423,6 +450,35 @@ class AtariVectorEnvironment(VectorEnvironment):
             np.concatenate([p.env_id for p in parts]).astype(np.int32, copy=False),
             info,
         )
+
+    def _lost_lives(
+        self,
+        unit: _Engine,
+        local: np.ndarray[Any, Any],
+        obs: np.ndarray[Any, Any],
+        reward: np.ndarray[Any, Any],
+        terminated: np.ndarray[Any, Any],
+        truncated: np.ndarray[Any, Any],
+        info: dict[str, Any],
+    ) -> np.ndarray[Any, Any]:
+        """``episodic_life`` on a batch: the rows whose env lost a life (game on) end
+        their episode; the rows of envs whose episode so ended last time are resets."""
+        lives = info["lives"]
+        info["terminated"] = terminated.copy()
+        resets = unit.lost[local]
+        if resets.any() and self.autoreset_mode == "next_step":
+            reward[resets] = 0
+        lost = (lives < unit.lives[local]) & ~terminated & ~truncated & ~resets
+        unit.lives[local] = lives
+        unit.lost[local] = lost
+        if not lost.any():
+            return terminated
+        if self.autoreset_mode == "same_step":
+            final = info.get("final_obs")
+            final = info["final_obs"] = np.zeros_like(obs) if final is None else final.copy()
+            final[lost] = obs[lost]
+        ended: np.ndarray[Any, Any] = terminated | lost
+        return ended
 
     def state(self) -> dict[str, Any]:
         return {"config": dict(self._config), "game": self._config["game"]}

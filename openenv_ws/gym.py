@@ -83,6 +83,12 @@ _NOT_RGB = (
     "session opened with config 'render': true); this session sends {}"
 )
 
+_NOT_RGB_VECTOR = (
+    "render_mode='rgb_array' in a vector env shows each env's last observation, so it needs "
+    "RGB image observations (H, W, 3) uint8; this session sends {}: leave render_mode out, "
+    "or render one env with RemoteEnv(..., render_mode='rgb_array')"
+)
+
 #: The info key of a result's frame in a session that renders (the Gymnasium plugin's).
 _FRAME = "render"
 
@@ -165,9 +171,10 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
     ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        check_config(config)
         self.render_mode = render_mode
         if url is None:
-            self.client: EnvClient[Any] = EnvClient.from_local(config=config, **client_kwargs)
+            self.client: EnvClient[Any] = _local_client(config, client_kwargs)
         else:
             self.client = EnvClient(url, config=config, **client_kwargs)
         spec: EnvSpec = self.client.spec
@@ -190,6 +197,20 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
             # Read by Gymnasium's AtariPreprocessing (it refuses frame skipping on both sides).
             self._frameskip = spec.extra.get("config", {}).get("frameskip")
             self.ale = _Screen(self)
+
+    @property
+    def spec(self) -> gymnasium.envs.registration.EnvSpec | None:
+        """What ``gymnasium.make`` recorded, with ``max_episode_steps`` the session's own
+        (the server truncates episodes there)."""
+        return self.__dict__.get("_gym_spec")
+
+    @spec.setter
+    def spec(self, value: gymnasium.envs.registration.EnvSpec | None) -> None:
+        steps = _max_episode_steps(self.__dict__.get("_spec"))
+        if value is not None and value.max_episode_steps is None and steps is not None:
+            value = copy.copy(value)
+            value.max_episode_steps = steps
+        self.__dict__["_gym_spec"] = value
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -263,11 +284,17 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             per env (:class:`~openenv_ws.client.VectorEnvClient`).
         render_mode: None or ``"rgb_array"`` (each env's last observation, for
             RGB image observations).
+        batch_size: envs per batch (vector sessions; default ``num_envs``). With
+            fewer, EnvPool's asynchronous mode: :meth:`reset` returns the first
+            ``batch_size`` envs ready, :meth:`send` acts on a batch and
+            :meth:`recv` returns the next; :meth:`step` is ``send`` + ``recv``.
+            The batched spaces have ``batch_size`` rows, as every result has.
         **client_kwargs: passed to the client (``token``, ``timeout``,
             ``busy_poll``, ``copy``, ...).
 
-    The client stays reachable as ``.client`` for EnvPool-style
-    ``send``/``recv``.
+    ``infos["env_id"]`` names the env of each row (as EnvPool's), with EnvPool's
+    other Atari keys: ``lives``, and under ``reward_clipping``/``episodic_life``
+    ``reward`` (raw) and ``terminated`` (the real game over).
     """
 
     def __init__(
@@ -280,10 +307,20 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         session: str = "auto",
         render_mode: str | None = None,
+        batch_size: int | None = None,
         **client_kwargs: Any,
     ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if batch_size is not None:
+            if session == "per_env":
+                raise ValueError(
+                    "batch_size is for vector sessions (session='vector' or 'auto'); with "
+                    "session='per_env' use client.send()/client.recv(min_envs=...)"
+                )
+            client_kwargs["batch_size"] = batch_size
+            session = "vector"
+        check_config(config)
         self.client = open_vector_client(
             urls,
             num_envs,
@@ -294,6 +331,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             **client_kwargs,
         )
         self.num_envs = self.client.num_envs
+        #: Envs per result: ``num_envs``, or fewer in an asynchronous session.
+        self.batch_size: int = getattr(self.client, "batch_size", self.num_envs)
         spec = self.client.spec
         rgb = is_rgb(spec.observation)
         mode = _AUTORESET_MODES[self.client.autoreset_mode]
@@ -301,12 +340,12 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.render_mode = render_mode
         if render_mode is not None and not rgb:
             self.client.close()
-            raise EnvConfigError(_NOT_RGB.format(spec.observation))
+            raise EnvConfigError(_NOT_RGB_VECTOR.format(spec.observation))
         self._last_obs: np.ndarray[Any, Any] | None = None
         self.single_action_space = gym_space(spec.action)
         self.single_observation_space = gym_space(spec.observation)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.batch_size)
+        self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         # What gymnasium.make_vec(ENV_ID, ...) records (it sets its own when it makes the env);
         # gymnasium.make_vec(envs.spec) makes the same sessions again. The token stays out.
         self.spec = copy.copy(gymnasium.spec(ENV_ID))
@@ -320,6 +359,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             "num_envs": self.num_envs,
             "vectorization_mode": "vector_entry_point",
         }
+        if batch_size is not None:
+            self.spec.kwargs["batch_size"] = batch_size
 
     def reset(
         self,
@@ -340,8 +381,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if isinstance(self.client, VectorSessionClient):
             # Every row of the batch, as untouched envs are; Gymnasium's infos are the reset's.
             reset = None if env_ids is None else np.isin(np.arange(self.num_envs), env_ids)
-            infos = mask_infos(infos, self.num_envs, reset)
-            infos.pop("env_id")  # rows are in env order, as in Gymnasium's vector envs
+            infos = mask_infos(infos, len(obs), reset)
         self._last_obs = obs
         return obs, infos
 
@@ -363,10 +403,50 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         Raises:
             ValueError: ``actions`` does not have shape ``(num_envs, ...)``.
         """
+        if self.batch_size < self.num_envs:
+            self.send(actions)
+            return self.recv()
         obs, rewards, terminations, truncations, infos = self.client.step(actions)
         if isinstance(self.client, VectorSessionClient):
             infos = mask_infos(infos, self.num_envs)
-            infos.pop("env_id")
+        self._last_obs = obs
+        return obs, rewards, terminations, truncations, infos
+
+    def send(
+        self, actions: np.ndarray[Any, Any], env_id: np.ndarray[Any, Any] | None = None
+    ) -> None:
+        """EnvPool's ``send``: act on the envs of the last result (``infos["env_id"]``,
+        or `env_id`, the same envs in any order) and return at once.
+
+        Raises:
+            InvalidState: a send already awaits its :meth:`recv`.
+            ValueError: `actions` or `env_id` do not fit the last result.
+        """
+        self.client.send(actions, env_id)
+
+    def recv(
+        self,
+    ) -> tuple[
+        np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
+        dict[str, Any],
+    ]:
+        """EnvPool's ``recv``: the next ``batch_size`` results, ``infos["env_id"]`` naming
+        their envs.
+
+        Raises:
+            InvalidState: no :meth:`send` is pending.
+        """
+        if isinstance(self.client, VectorSessionClient):
+            obs, rewards, terminations, truncations, infos = self.client.recv()
+            infos = mask_infos(infos, len(obs))
+        else:
+            batch = self.batch_size
+            obs, rewards, terminations, truncations, infos = self.client.recv(
+                min_envs=batch, max_envs=batch
+            )
         self._last_obs = obs
         return obs, rewards, terminations, truncations, infos
 
@@ -508,6 +588,53 @@ def _vector_entry_point(
             "(the server ends episodes with truncated=True)"
         )
     return RemoteVectorEnv(url, num_envs, **kwargs)
+
+
+def _max_episode_steps(spec: EnvSpec | None) -> int | None:
+    """Where the server truncates a session's episodes, if known: an Atari config's
+    ``max_episode_steps``, or a Gymnasium id's (its ``kwargs``, else its registration)."""
+    if spec is None:
+        return None
+    extra = spec.extra
+    config = extra.get("config")
+    steps = config.get("max_episode_steps") if isinstance(config, Mapping) else None
+    gym_id = extra.get("id")
+    if steps is None and isinstance(gym_id, str):
+        kwargs = extra.get("kwargs")
+        steps = kwargs.get("max_episode_steps") if isinstance(kwargs, Mapping) else None
+        if steps is None and gym_id in gymnasium.registry:
+            steps = gymnasium.registry[gym_id].max_episode_steps
+    return steps if type(steps) is int else None
+
+
+def check_config(config: Any) -> None:
+    """Refuse a config that is not a mapping (``config="CartPole-v1"``) with a clear error.
+
+    Raises:
+        EnvConfigError: `config` is neither None nor a mapping.
+    """
+    if config is not None and not isinstance(config, Mapping):
+        example = f"{{'id': {config!r}}}" if isinstance(config, str) else "{'game': 'pong'}"
+        raise EnvConfigError(
+            f"config must be a mapping of options such as {example}, got {type(config).__name__}"
+        )
+
+
+def _local_client(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> EnvClient[Any]:
+    """A session on a local server started for it: Atari, or Gymnasium's for a config
+    with a Gymnasium ``id`` (that id allowed)."""
+    from .providers.local import LocalServerProvider
+
+    gym_id = (config or {}).get("id")
+    args = ["--env", "gymnasium", "--gym-ids", gym_id] if isinstance(gym_id, str) else []
+    provider = LocalServerProvider(args=args).start()
+    try:
+        client: EnvClient[Any] = EnvClient(provider.url, config=config, **kwargs)
+    except BaseException:
+        provider.stop()
+        raise
+    client._provider = provider
+    return client
 
 
 def is_rgb(spec: Space) -> bool:

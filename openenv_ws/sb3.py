@@ -4,11 +4,19 @@ Any SB3 algorithm trains on a server's environments as it would on a
 ``DummyVecEnv``::
 
     from stable_baselines3 import PPO
-    from openenv_ws.sb3 import RemoteVecEnv
+    from openenv_ws.sb3 import GameMonitor, RemoteVecEnv
 
-    env = RemoteVecEnv("ws://127.0.0.1:8000", 8, config={"game": "pong", "obs_type": "grayscale",
-                       "img_height": 84, "img_width": 84, "stack_num": 4})
+    config = {"game": "breakout", "obs_type": "grayscale", "img_height": 84, "img_width": 84,
+              "stack_num": 4, "maxpool": True, "noop_max": 30, "episodic_life": True,
+              "reward_clipping": True, "use_fire_reset": True}   # SB3's AtariWrapper
+    env = GameMonitor(RemoteVecEnv("ws://127.0.0.1:8000", 8, config=config))  # statistics
     PPO("CnnPolicy", env).learn(100_000)
+
+:class:`GameMonitor` is the one line that gives ``ep_rew_mean`` and
+``ep_len_mean``: SB3's ``VecMonitor`` for games, one episode per real game
+(not per life), its return unclipped even when the server clips rewards
+(``info["reward"]``), its length in emulator frames as SB3's ``Monitor``
+counts them under ``AtariWrapper``. Without it SB3 logs no episodes.
 
 The envs reset themselves on the step that ends an episode (SB3's rule): that
 step returns the new episode's first observation, ``infos[i]`` is the ending
@@ -22,12 +30,13 @@ Requires ``stable-baselines3`` (``pip install 'openenv-ws[sb3]'``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
 import numpy as np
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
 from .client._batch import StepBatch
@@ -36,12 +45,15 @@ from .environment import DiscreteSpec
 from .errors import EnvConfigError, InvalidState
 from .gym import client_seed, is_rgb, open_vector_client, space_from_spec
 
-__all__ = ["RemoteVecEnv"]
+__all__ = ["GameMonitor", "RemoteVecEnv"]
 
 #: What get_attr answers for each env: these live on this side of the connection.
 _ATTRIBUTES = ("render_mode", "metadata", "observation_space", "action_space", "spec_extra")
 #: What env_method can call on each env.
 _METHODS = ("get_action_meanings", "render")
+#: Info keys a same-step vector session's row holds of the step that ended (SPEC section 21,
+#: item 6): EnvPool's raw reward and real game over.
+_ENDING_KEYS = ("reward", "terminated")
 #: Info keys of the vector layout that are not one env's info.
 _VECTOR_KEYS = frozenset({"env_id", "final_obs", "final_info"})
 
@@ -182,6 +194,9 @@ class RemoteVecEnv(VecEnv):
                 i = rows[end]
                 self.reset_infos[i] = env_infos[i]
                 env_infos[i] = finals[i]
+                if not finals[i]:  # a vector session's row: the ended step's reward and flags
+                    row = self.reset_infos[i]
+                    env_infos[i] = {k: row[k] for k in _ENDING_KEYS if k in row}
                 env_infos[i]["terminal_observation"] = final_obs[end]
         for r, i in enumerate(rows):
             env_infos[i]["TimeLimit.truncated"] = bool(truncations[r] and not terminations[r])
@@ -290,6 +305,55 @@ class RemoteVecEnv(VecEnv):
 
     def __repr__(self) -> str:
         return f"RemoteVecEnv(num_envs={self.num_envs}, session={self.session!r})"
+
+
+class GameMonitor(VecEnvWrapper):
+    """SB3's ``VecMonitor`` for games: ``info["episode"]`` once per real game.
+
+    An episode that ends at a lost life under ``episodic_life``
+    (``info["terminated"]`` false) does not end the game; the game's return
+    sums the raw rewards (``info["reward"]`` under ``reward_clipping``, else
+    the reward); its length ``l`` counts emulator frames as SB3's ``Monitor``
+    does under ``AtariWrapper``: agent steps times the session's ``frameskip``
+    (1 for other environments; a reset's NOOPs are not counted). ``t`` is
+    seconds since the wrapper was made, as SB3's. Wrap the
+    :class:`RemoteVecEnv` (or any ``VecEnv`` with these infos) directly.
+    """
+
+    def __init__(self, venv: VecEnv) -> None:
+        super().__init__(venv)
+        self._returns = np.zeros(self.num_envs)
+        self._steps = np.zeros(self.num_envs, np.int64)
+        self._start = time.time()
+        extra = getattr(venv, "spec_extra", None) or {}
+        skip = extra.get("config", {}).get("frameskip", 1) if isinstance(extra, dict) else 1
+        self._frames_per_step = skip if type(skip) is int else 1
+
+    def reset(self) -> Any:
+        obs = self.venv.reset()
+        self._returns[:] = 0
+        self._steps[:] = 0
+        return obs
+
+    def step_wait(self) -> VecEnvStepReturn:
+        obs, rewards, dones, infos = self.venv.step_wait()
+        for i, info in enumerate(infos):
+            self._returns[i] += float(info.get("reward", rewards[i]))
+            self._steps[i] += 1
+            if not dones[i] or not (info.get("terminated", True) or _truncated(info)):
+                continue
+            info["episode"] = {
+                "r": float(self._returns[i]),
+                "l": int(self._steps[i] * self._frames_per_step),
+                "t": round(time.time() - self._start, 6),
+            }
+            self._returns[i] = 0.0
+            self._steps[i] = 0
+        return obs, rewards, dones, infos
+
+
+def _truncated(info: dict[str, Any]) -> bool:
+    return bool(info.get("TimeLimit.truncated", False))
 
 
 def _env_rows(infos: dict[str, Any], n: int) -> list[int]:

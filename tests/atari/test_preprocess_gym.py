@@ -117,6 +117,7 @@ def test_steps_equal_gymnasium_wrappers(case: Case) -> None:
     assert_same_info(got.info, want_info, "reset")
     actions = np.random.default_rng(5).integers(0, env.spec.action.n, case.steps)
     episodes = 1
+    lost_life = False
     for t, action in enumerate(actions.tolist()):
         obs, reward, terminated, truncated, info = reference.step(action)
         result = env.step(action)
@@ -127,6 +128,11 @@ def test_steps_equal_gymnasium_wrappers(case: Case) -> None:
             truncated,
         ), t
         assert_same_info(result.info, info, f"step {t}")
+        if case.episodic_life and terminated and not result.info["terminated"]:
+            # A lost life: Gymnasium starts the game over, this session (as EnvPool) goes on
+            # (tests/atari/test_episodic_life.py); equal up to here.
+            lost_life = True
+            break
         if terminated or truncated:
             episodes += 1
             seed = t if episodes % 2 else None  # seeded and unseeded resets alike
@@ -135,7 +141,7 @@ def test_steps_equal_gymnasium_wrappers(case: Case) -> None:
             np.testing.assert_array_equal(got.obs, unstack(want_obs, case), err_msg=f"reset {t}")
             assert_same_info(got.info, want_info, f"reset {t}")
     if case.episodic_life:
-        assert episodes > 2  # the test saw lives lost end episodes
+        assert lost_life  # the test saw a lost life end an episode
     reference.close()
     env.close()
 

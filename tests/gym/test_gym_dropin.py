@@ -172,6 +172,8 @@ def test_vector_env_contract_equals_sync_vector_env(
     assert got_env.action_space == want_env.action_space
     got, want = got_env.reset(seed=7), want_env.reset(seed=7)
     np.testing.assert_array_equal(got[0], want[0])
+    if session == "vector":  # EnvPool's key, beside Gymnasium's layout: rows in env order
+        assert got[1].pop("env_id").tolist() == [0, 1, 2]
     _assert_same_infos(got[1], want[1], "reset")
     rng = np.random.default_rng(7)
     finals = 0
@@ -188,6 +190,8 @@ def test_vector_env_contract_equals_sync_vector_env(
             # infos of their last steps (SPEC section 21): final_info has the masks only.
             assert got_step[4]["final_info"] == {}
             want_step[4]["final_info"] = {}
+        if session == "vector":
+            assert got_step[4].pop("env_id").tolist() == [0, 1, 2]
         _assert_same_infos(got_step[4], want_step[4], f"t={t}")
         finals += "final_info" in want_step[4]
         if t == 4:  # a partial reset: the envs' episodes end on different steps from here
@@ -197,6 +201,8 @@ def test_vector_env_contract_equals_sync_vector_env(
                 want_env.reset(options={"reset_mask": mask.copy()}),
             )
             np.testing.assert_array_equal(got[0], want[0])
+            if session == "vector":
+                assert got[1].pop("env_id").tolist() == [0, 1, 2]
             _assert_same_infos(got[1], want[1], "partial reset")
     assert finals >= 3 if mode == AutoresetMode.SAME_STEP else finals == 0
     got_env.close()

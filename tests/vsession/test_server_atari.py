@@ -50,7 +50,9 @@ ATARI84 = {
     "stack_num": 4,
     "maxpool": True,
     "noop_max": 30,
-    "episodic_life": True,
+    # The engine starts the game over at a lost life; the session goes on, as EnvPool
+    # (tests/atari/test_episodic_life.py).
+    "episodic_life": False,
     "reward_clipping": True,
     "use_fire_reset": True,
 }
@@ -61,7 +63,7 @@ ATARI84_ENGINE = {
     "stack_num": 4,
     "maxpool": True,
     "noop_max": 30,
-    "episodic_life": True,
+    "episodic_life": False,
     "reward_clipping": True,
     "use_fire_reset": True,
     "repeat_action_probability": 0.25,
