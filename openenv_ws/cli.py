@@ -382,7 +382,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="threads the sessions' engines (vector sessions) may start together, per "
-        "process; over it, 'capacity' (default: 16 per core)",
+        "process; over it, 'capacity' (default: 32 per core)",
     )
     serve.add_argument(
         "--max-stuck-calls",

@@ -90,8 +90,8 @@ def default_memory_budget(workers: int = 1) -> int:
 
 
 def default_thread_budget() -> int:
-    """Engine threads the sessions of one process may start: 16 per core (32 on 2 cores)."""
-    return 16 * (os.cpu_count() or 1)
+    """Engine threads the sessions of one process may start: 32 per core (64 on 2 cores)."""
+    return 32 * (os.cpu_count() or 1)
 
 
 def session_footprint(

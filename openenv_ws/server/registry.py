@@ -54,7 +54,7 @@ class ServerLimits:
             ``capacity`` naming the budget. Default: half of physical memory.
         max_engine_threads: threads the sessions' engines may start together
             (a vector session's C++ threads); past it, ``capacity``.
-            Default: 16 per core.
+            Default: 32 per core (three 64-env Atari sessions on 2 cores).
         max_stuck_calls: environment calls past ``step_timeout`` that may still
             run (a Python thread cannot be stopped): their sessions leave the
             session count at the deadline, but their memory and threads stay
