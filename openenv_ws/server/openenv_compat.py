@@ -15,7 +15,7 @@ code as protocol v1:
   other (idle timeout, draining, metrics), with frame objects (nothing is
   encoded to be decoded again).
 - **HTTP** ``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``,
-  ``GET /metadata``: stateful per client. ``POST /reset`` without a session
+  ``GET /metadata`` (and ``POST /mcp``, see :mod:`openenv_ws.server.openenv_mcp`): stateful per client. ``POST /reset`` without a session
   opens one and sets the cookie :data:`COOKIE` (``requests.Session``, used
   inside OpenEnv's HTTP clients, sends it back); later calls with the cookie
   reach the same environment, never another client's. Abandoned sessions
@@ -421,13 +421,17 @@ class OpenEnvCompat:
     # ------------------------------------------------------------------ HTTP
 
     def routes(self) -> list[BaseRoute]:
-        """``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``, ``GET /metadata``."""
+        """``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``, ``GET /metadata``,
+        ``POST /mcp`` (:mod:`openenv_ws.server.openenv_mcp`)."""
+        from .openenv_mcp import OpenEnvMCP  # it builds on this module
+
         return [
             Route("/reset", _refusing(self.http_reset), methods=["POST"]),
             Route("/step", _refusing(self.http_step), methods=["POST"]),
             Route("/state", self.http_state, methods=["GET"]),
             Route("/schema", _refusing(self.http_schema), methods=["GET"]),
             Route("/metadata", _refusing(self.http_metadata), methods=["GET"]),
+            Route("/mcp", OpenEnvMCP(self).endpoint, methods=["POST"]),
         ]
 
     async def _json_body(self, request: Request) -> Any:
