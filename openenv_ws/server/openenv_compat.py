@@ -421,17 +421,14 @@ class OpenEnvCompat:
     # ------------------------------------------------------------------ HTTP
 
     def routes(self) -> list[BaseRoute]:
-        """``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``, ``GET /metadata``,
-        ``POST /mcp`` (:mod:`openenv_ws.server.openenv_mcp`)."""
-        from .openenv_mcp import OpenEnvMCP  # it builds on this module
-
+        """``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``, ``GET /metadata``
+        (``POST /mcp`` is :mod:`openenv_ws.server.openenv_mcp`'s)."""
         return [
             Route("/reset", _refusing(self.http_reset), methods=["POST"]),
             Route("/step", _refusing(self.http_step), methods=["POST"]),
             Route("/state", self.http_state, methods=["GET"]),
             Route("/schema", _refusing(self.http_schema), methods=["GET"]),
             Route("/metadata", _refusing(self.http_metadata), methods=["GET"]),
-            Route("/mcp", OpenEnvMCP(self).endpoint, methods=["POST"]),
         ]
 
     async def _json_body(self, request: Request) -> Any:

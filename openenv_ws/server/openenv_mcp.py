@@ -18,6 +18,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from ..errors import OpenEnvError
 from ..jsonview import MAX_JSON_DEPTH
@@ -80,6 +81,10 @@ class OpenEnvMCP:
 
     def __init__(self, compat: OpenEnvCompat) -> None:
         self.compat = compat
+
+    def route(self) -> Route:
+        """``POST /mcp``."""
+        return Route("/mcp", self.endpoint, methods=["POST"])
 
     async def endpoint(self, request: Request) -> Response:
         rid: Any = None
