@@ -81,7 +81,12 @@ class AnyText(spaces.Text):
 
 class JsonSpace(spaces.Space[dict[str, Any]]):
     """Maps described by a JSON Schema (an OpenEnv environment's typed model); the
-    environment checks them, this space only that a value is a map."""
+    environment checks them, this space only that a value is a map.
+
+    :meth:`sample` gives a map of the schema's required fields (a schema's
+    ``const``, ``default``, one of its ``enum``, a number within its bounds, a
+    short string, empty lists and maps), so ``check_env`` can step it.
+    """
 
     def __init__(self, schema: dict[str, Any], name: str = "") -> None:
         super().__init__()
@@ -94,6 +99,20 @@ class JsonSpace(spaces.Space[dict[str, Any]]):
     def contains(self, x: Any) -> bool:
         return isinstance(x, dict)
 
+    def sample(self, mask: Any = None, probability: Any = None) -> dict[str, Any]:
+        """A map of the required fields of the schema (see the class).
+
+        Raises:
+            SpaceError: a mask or probability was given (a JSON schema has none), or
+                the schema does not describe a map.
+        """
+        if mask is not None or probability is not None:
+            raise SpaceError(f"{self!r} samples without a mask or probability")
+        value = _json_sample(self.schema, self.schema.get("$defs", {}), self.np_random, 0)
+        if not isinstance(value, dict):
+            raise SpaceError(f"{self!r}: the schema does not describe a map; cannot sample")
+        return value
+
     def __repr__(self) -> str:
         return f"JsonSpace({self.name or 'schema'})"
 
@@ -102,6 +121,52 @@ class JsonSpace(spaces.Space[dict[str, Any]]):
             other.schema,
             other.name,
         )
+
+
+#: How deep :func:`_json_sample` follows a schema (a recursive model ends there).
+_SAMPLE_DEPTH = 16
+
+
+def _json_sample(schema: Any, defs: Any, rng: np.random.Generator, depth: int) -> Any:
+    """A value of the JSON `schema` (``$ref`` read in `defs`): see :class:`JsonSpace`."""
+    if not isinstance(schema, dict) or depth > _SAMPLE_DEPTH:
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _json_sample(defs.get(ref.removeprefix("#/$defs/")), defs, rng, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if "default" in schema:
+        return schema["default"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][int(rng.integers(len(schema["enum"])))]
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and options:
+            usable = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+            return _json_sample((usable or options)[0], defs, rng, depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties", {})
+        return {
+            name: _json_sample(props.get(name, {}), defs, rng, depth + 1)
+            for name in schema.get("required", [])
+        }
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        high = schema.get("maximum", schema.get("exclusiveMaximum", low + 10))
+        number = low + (high - low) * float(rng.random())
+        return int(np.clip(round(number), low, high)) if kind == "integer" else number
+    if kind == "string":
+        size = max(int(schema.get("minLength", 1)), 1)
+        return "".join(chr(ord("a") + int(i)) for i in rng.integers(26, size=size))
+    if kind == "boolean":
+        return bool(rng.integers(2))
+    if kind == "array":
+        return []
+    return None
 
 
 # ------------------------------------------------------------------ spaces

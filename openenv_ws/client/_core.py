@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -65,7 +66,7 @@ from ..spaces import Space, SpaceError, array_bytes
 from ..wire.compress import ObsUnpacker, available_codecs, mode_name
 from ..wire.decode import compressed_ext_hook
 
-__all__ = ["DEFAULT", "ClientCore", "StepResult", "check_observation_bytes"]
+__all__ = ["DEFAULT", "ClientCore", "StepResult", "action_value", "check_observation_bytes"]
 
 ObsT = TypeVar("ObsT")
 
@@ -79,6 +80,17 @@ _SESSION_ENDINGS = frozenset({"idle_timeout", "shutting_down"})
 # Shared region bytes a vector session offers per env: two batches of 84x84x4
 # frame stacks or of 210x160 RGB frames, with room to spare.
 _REGION_PER_ENV = 1 << 20
+
+
+def action_value(action: Any) -> Any:
+    """A user action as a wire value: a numpy integer becomes an int, a Pydantic model
+    (an OpenEnv ``Action`` such as ``CallToolAction``) its ``model_dump()``."""
+    if isinstance(action, np.integer):
+        return int(action)
+    pydantic = sys.modules.get("pydantic")  # loaded by whoever made a model; never by us
+    if pydantic is not None and isinstance(action, pydantic.BaseModel):
+        return action.model_dump()
+    return action
 
 
 def _in_place(view: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

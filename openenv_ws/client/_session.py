@@ -16,11 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-import numpy as np
-
 from ..environment import EnvSpec
 from ..protocol import ClientFrame, Result, ServerFrame, SnapshotData, StateReply
-from ._core import DEFAULT, ClientCore, StepResult
+from ._core import DEFAULT, ClientCore, StepResult, action_value
 
 if TYPE_CHECKING:
     from ..providers import ServerProvider
@@ -74,8 +72,8 @@ class SessionOps(SessionFacts, Generic[ObsT]):
     # ------------------------------------------------------------------ hooks for typed clients
 
     def _action_to_wire(self, action: Any) -> Any:
-        """Turn a user action into the wire ``action`` value (numpy integers become ints)."""
-        return int(action) if isinstance(action, np.integer) else action
+        """Turn a user action into the wire ``action`` value (:func:`action_value`)."""
+        return action_value(action)
 
     def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
         """Turn a ``result`` frame into the client's result type."""

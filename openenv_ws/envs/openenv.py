@@ -4,7 +4,7 @@ Point the server at what an OpenEnv ``app.py`` passes to openenv-core's
 ``create_app(env_factory, ActionCls, ObservationCls)``::
 
     openenv-ws serve --env openenv --openenv-app my_env.server.env:EchoEnvironment
-    # the classes, when the environment's annotations do not name them:
+    # the classes, when neither its annotations nor its package's models.py name them:
     #   --openenv-action my_env.models:EchoAction --openenv-observation my_env.models:EchoObservation
 
 (the options set the environment variables :data:`APP_ENV`, :data:`ACTION_ENV`
@@ -87,9 +87,9 @@ __all__ = [
 
 #: Environment variable: ``module:attr`` of the environment class or factory to serve.
 APP_ENV = "OPENENV_WS_OPENENV_APP"
-#: Environment variable: ``module:attr`` of its Action class (default: from its annotations).
+#: Environment variable: ``module:attr`` of its Action class (default: found, see :func:`load_app`).
 ACTION_ENV = "OPENENV_WS_OPENENV_ACTION"
-#: Environment variable: ``module:attr`` of its Observation class (default: from its annotations).
+#: Environment variable: ``module:attr`` of its Observation class (default: found, see :func:`load_app`).
 OBSERVATION_ENV = "OPENENV_WS_OPENENV_OBSERVATION"
 #: Environment variable: ``1`` when the environment's calls may run on the event loop.
 INLINE_ENV = "OPENENV_WS_OPENENV_INLINE"
@@ -289,6 +289,60 @@ def _model_classes(env_cls: type[Any]) -> tuple[type[Any] | None, type[Any] | No
     return action, (obs if obs is not Observation else None)
 
 
+def _model_modules(env_cls: type[Any], app_module: str | None) -> list[Any]:
+    """The modules that may hold `env_cls`'s models, nearest first: the app's module,
+    the class's module, then ``models`` of each package above them (OpenEnv's env
+    packages keep them in ``<env>/models.py``, the class in ``<env>/server/``)."""
+    names: list[str] = []
+    for start in (app_module, env_cls.__module__):
+        if not start:
+            continue
+        names.append(start)
+        parts = start.split(".")
+        names.extend(".".join([*parts[:i], "models"]) for i in range(len(parts) - 1, 0, -1))
+    modules = []
+    for name in dict.fromkeys(names):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return modules
+
+
+def _pick(candidates: list[type[Any]], env_cls: type[Any], what: str) -> type[Any] | None:
+    """The one model class among `candidates`, or the one named after the environment
+    (``EchoEnvironment``: ``EchoAction``); None when that does not decide."""
+    unique = list(dict.fromkeys(candidates))
+    if len(unique) == 1:
+        return unique[0]
+    stem = env_cls.__name__.removesuffix("Environment").removesuffix("Env")
+    named = [c for c in unique if c.__name__ == f"{stem}{what}"]
+    return named[0] if len(named) == 1 else None
+
+
+def _from_models(
+    env_cls: type[Any], app_module: str | None, base: type[Any], what: str
+) -> type[Any] | None:
+    """The `base` subclass the modules of :func:`_model_modules` define (or, failing
+    that, import) for `env_cls`; for an MCP environment, openenv-core's MCP model."""
+    for module in _model_modules(env_cls, app_module):
+        found = [
+            v
+            for v in vars(module).values()
+            if isinstance(v, type) and issubclass(v, base) and v is not base
+        ]
+        own = [v for v in found if v.__module__ == module.__name__]
+        cls = _pick(own, env_cls, what) if own else _pick(found, env_cls, what)
+        if cls is not None:
+            return cls
+    from openenv.core.env_server import mcp_environment, mcp_types
+
+    if issubclass(env_cls, mcp_environment.MCPEnvironment):
+        mcp_cls: type[Any] = getattr(mcp_types, f"CallTool{what}")
+        return mcp_cls
+    return None
+
+
 def load_app(
     env: Any,
     action_cls: Any = None,
@@ -302,15 +356,20 @@ def load_app(
 
     Each may be the object or a ``module:attr`` string. Without the classes,
     they come from the environment's annotations (``Environment[Act, Obs,
-    State]``, or ``step``'s parameter and return types).
+    State]``, or ``step``'s parameter and return types), else from the module
+    named by `env` or the class's, or a ``models`` module of a package above
+    them (the one Action and Observation subclass there, or the ones named
+    after the environment), else, for an ``MCPEnvironment``, openenv-core's
+    ``CallToolAction`` and ``CallToolObservation``.
 
     Raises:
         EnvConfigError: something cannot be imported, is not what it should be,
-            or the classes are neither given nor annotated.
+            or the classes are neither given nor found (both named at once).
     """
     core = _core()
     from openenv.core.env_server.types import Action, Observation
 
+    app_module = env.partition(":")[0] if isinstance(env, str) else None
     factory = _import(env, "the OpenEnv app") if isinstance(env, str) else env
     if not callable(factory):
         raise EnvConfigError(f"{factory!r} is neither an Environment class nor a factory")
@@ -325,20 +384,27 @@ def load_app(
             env_cls = type(probe)
             probe.close()
     found_action, found_obs = _model_classes(env_cls)
-    classes = []
+    classes: list[Any] = []
+    missing = []
     for given, found, base, what in (
         (action_cls, found_action, Action, "Action"),
         (observation_cls, found_obs, Observation, "Observation"),
     ):
         cls = _import(given, f"the {what} class") if isinstance(given, str) else given or found
         if cls is None:
-            raise EnvConfigError(
-                f"{env_cls.__name__} does not name its {what} class in its annotations; "
-                f"give it (--openenv-{what.lower()} module:{what}Class)"
-            )
-        if not (isinstance(cls, type) and issubclass(cls, base)):
+            cls = _from_models(env_cls, app_module, base, what)
+        if cls is None:
+            missing.append(what)
+        elif not (isinstance(cls, type) and issubclass(cls, base)):
             raise EnvConfigError(f"{cls!r} is not an openenv-core {what} class")
         classes.append(cls)
+    if missing:
+        flags = " ".join(f"--openenv-{w.lower()} module:{w}Class" for w in missing)
+        raise EnvConfigError(
+            f"{env_cls.__name__} does not name its {' and '.join(missing)} class"
+            f"{'es' if len(missing) > 1 else ''} in its annotations, nor does a models.py "
+            f"of its package define one; give {'them' if len(missing) > 1 else 'it'} ({flags})"
+        )
     return OpenEnvApp(factory, classes[0], classes[1], env_cls, inline=inline, handover=handover)
 
 

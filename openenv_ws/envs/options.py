@@ -39,12 +39,12 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--openenv-action",
         metavar="MODULE:ATTR",
-        help="with --openenv-app: its Action class (default: from its annotations)",
+        help="with --openenv-app: its Action class (default: from its annotations or its package's models.py)",
     )
     serve.add_argument(
         "--openenv-observation",
         metavar="MODULE:ATTR",
-        help="with --openenv-app: its Observation class (default: from its annotations)",
+        help="with --openenv-app: its Observation class (default: from its annotations or its package's models.py)",
     )
     serve.add_argument(
         "--openenv-inline",

@@ -25,6 +25,7 @@ from ._asgi import Receive, Scope, Send
 from .auth import HostCheck, OriginCheck, TokenAuth, scope_header
 from .http import HTTPSessionStore, http_routes
 from .openenv_compat import OpenEnvCompat
+from .openenv_mcp import OpenEnvMCP
 from .pool import POOL_SHARE, WarmPool
 from .registry import ServerLimits, SessionRegistry
 from .supervisor import Supervisor
@@ -213,6 +214,7 @@ def create_app(
         Route("/metrics", metrics.endpoint, methods=["GET"]),
         *http_routes(http_sessions),
         *openenv.routes(),
+        OpenEnvMCP(openenv).route(),
     ]
     if web:
         routes += web_routes(env_factory)

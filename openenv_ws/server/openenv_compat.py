@@ -15,7 +15,7 @@ code as protocol v1:
   other (idle timeout, draining, metrics), with frame objects (nothing is
   encoded to be decoded again).
 - **HTTP** ``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``,
-  ``GET /metadata``: stateful per client. ``POST /reset`` without a session
+  ``GET /metadata`` (and ``POST /mcp``, see :mod:`openenv_ws.server.openenv_mcp`): stateful per client. ``POST /reset`` without a session
   opens one and sets the cookie :data:`COOKIE` (``requests.Session``, used
   inside OpenEnv's HTTP clients, sends it back); later calls with the cookie
   reach the same environment, never another client's. Abandoned sessions
@@ -421,7 +421,8 @@ class OpenEnvCompat:
     # ------------------------------------------------------------------ HTTP
 
     def routes(self) -> list[BaseRoute]:
-        """``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``, ``GET /metadata``."""
+        """``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``, ``GET /metadata``
+        (``POST /mcp`` is :mod:`openenv_ws.server.openenv_mcp`'s)."""
         return [
             Route("/reset", _refusing(self.http_reset), methods=["POST"]),
             Route("/step", _refusing(self.http_step), methods=["POST"]),

@@ -130,6 +130,32 @@ def test_text_without_a_charset_and_json_have_spaces_of_their_own() -> None:
     assert space_of(json_space) == JsonSpec(schema, "EchoAction")
 
 
+def test_a_json_space_samples_the_required_fields_of_its_schema() -> None:
+    schema = {
+        "$defs": {"Move": {"enum": ["UP", "DOWN"], "type": "string"}},
+        "type": "object",
+        "properties": {
+            "move": {"$ref": "#/$defs/Move"},
+            "steps": {"type": "integer", "minimum": 1, "maximum": 3},
+            "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "kind": {"const": "go"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "optional": {"type": "number"},
+        },
+        "required": ["move", "steps", "note", "kind", "tags"],
+    }
+    space = JsonSpace(schema, "MoveAction")
+    space.seed(3)
+    value = space.sample()
+    assert set(value) == {"move", "steps", "note", "kind", "tags"} and space.contains(value)
+    assert value["move"] in ("UP", "DOWN") and 1 <= value["steps"] <= 3
+    assert isinstance(value["note"], str) and (value["kind"], value["tags"]) == ("go", [])
+    with pytest.raises(SpaceError, match="without a mask"):
+        space.sample(mask=np.ones(2, np.int8))
+    with pytest.raises(SpaceError, match="does not describe a map"):
+        JsonSpace({"type": "string"}).sample()
+
+
 def test_gym_action_casts_and_refuses() -> None:
     box = ArraySpec((2,), "float32")
     assert gym_action(box, [1, 2]).dtype == np.float32

@@ -39,8 +39,8 @@ def test_serve_refuses_what_is_not_an_openenv_app() -> None:
         ("tests.openenv_envs.envs:Nothing", "cannot be imported"),
         ("tests.openenv_envs.envs:EchoAction", "not an openenv-core Environment"),
         ("tests.openenv_envs.envs", "not 'package.module:attribute'"),
-        # an Environment whose annotations name no Action class, given none:
-        ("openenv.core.env_server.mcp_environment:MCPEnvironment", "does not name its Action"),
+        # an Environment whose annotations and package name no model class, given none:
+        ("openenv.core.env_server.interfaces:Environment", "Action and Observation classes"),
     ):
         done = subprocess.run(
             [*SERVE, "--openenv-app", app], capture_output=True, text=True, timeout=60 * UNIT

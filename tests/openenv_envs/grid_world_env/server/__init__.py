@@ -1,0 +1,1 @@
+"""The grid world's server side."""
