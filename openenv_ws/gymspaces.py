@@ -155,8 +155,10 @@ def _json_sample(schema: Any, defs: Any, rng: np.random.Generator, depth: int) -
             for name in schema.get("required", [])
         }
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
-        high = schema.get("maximum", schema.get("exclusiveMaximum", low + 10))
+        least = schema.get("minimum", schema.get("exclusiveMinimum"))
+        most = schema.get("maximum", schema.get("exclusiveMaximum"))
+        low = 0.0 if least is None else float(least)
+        high = low + 10 if most is None else float(most)
         number = low + (high - low) * float(rng.random())
         return int(np.clip(round(number), low, high)) if kind == "integer" else number
     if kind == "string":
