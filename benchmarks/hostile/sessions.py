@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import select
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -363,6 +364,15 @@ def health_figures(body: Mapping[str, Any] | None) -> dict[str, float]:
     return found
 
 
+def _keep_alive(held: list[RawSession], lock: threading.Lock, done: threading.Event) -> None:
+    """Answer the pings of the `held` sessions every second until `done`."""
+    while not done.wait(1.0):
+        with lock:
+            for one in held:
+                with contextlib.suppress(*_FAILURES):
+                    one.service()
+
+
 def largest_sessions(
     target: Target,
     source: str,
@@ -394,6 +404,11 @@ def largest_sessions(
     }
     deadline = time.monotonic() + seconds
     index = 0
+    # The sessions held answer the server's pings while the next one opens (an open of
+    # 64 envs takes longer than a heartbeat's interval and timeout).
+    lock, done = threading.Lock(), threading.Event()
+    keeper = threading.Thread(target=_keep_alive, args=(held, lock, done), daemon=True)
+    keeper.start()
     try:
         while True:
             if stop.is_set():
@@ -404,8 +419,9 @@ def largest_sessions(
             if len(held) >= limit:
                 result["ended"] = f"count ({limit})"
                 break
-            for one in held:
-                one.service()
+            with lock:
+                for one in held:
+                    one.service()
             start = time.perf_counter()
             session: RawSession | None
             if result["config"] is None:
@@ -431,11 +447,14 @@ def largest_sessions(
                 result["refusal"] = f"reset: {outcome(reply)}: {reply.get('message')}"[:400]
                 break
             resets.append(time.perf_counter() - start)
-            held.append(session)
+            with lock:
+                held.append(session)
     except _FAILURES as exc:
         outcomes[_failure(exc)] += 1
         result["ended"] = f"failed ({_failure(exc)})"
     finally:
+        done.set()
+        keeper.join()
         for one in held:
             one.close()
     return {

@@ -229,6 +229,24 @@ const SERVER_OPS = {
 
 const rowCount = (v) => (v instanceof NDArray ? v.shape[0] : v.length);
 
+// Every value of a batch's info (nested maps too) is a column of `count` rows: an
+// array with `count` on its first axis or a list of `count` items.
+function infoColumns(info, count, path) {
+  for (const [key, value] of Object.entries(info)) {
+    if (isMap(value)) {
+      infoColumns(value, count, `${path}.${key}`);
+      continue;
+    }
+    let got = null;
+    if (Array.isArray(value)) got = value.length;
+    else if (value instanceof NDArray && value.shape.length > 0) got = value.shape[0];
+    if (got !== count) {
+      const has = got === null ? "no rows" : `${got} row${got === 1 ? "" : "s"}`;
+      throw new ProtocolError(`column '${`${path}.${key}`.slice(0, 100)}' has ${has} and 'reward' ${count}; every column of a batch, info's included, has one row per env`, "bad_request");
+    }
+  }
+}
+
 // Checks across the fields of one frame, after each field's own check.
 const CROSS = {
   open: (f) => {
@@ -255,6 +273,7 @@ const CROSS = {
     if (f.obs !== null && (f.obs.shape.length === 0 || f.obs.shape[0] !== count)) {
       throw new ProtocolError(`field 'obs' has shape [${f.obs.shape.join(", ")}]; a batch of ${count} rows needs ${count} observations on its first axis`, "bad_request");
     }
+    infoColumns(f.info, count, "info");
   },
 };
 
