@@ -14,9 +14,9 @@ from typing import Any
 
 from openenv_ws.footprint import MIB, Footprint
 
-from .config import normalize_config
+from .config import normalize_config, obs_bytes
 
-__all__ = ["atari_footprint", "frame_bytes"]
+__all__ = ["atari_footprint"]
 
 #: An emulator, its ROM and its Python objects.
 _SINGLE_BASE = 1 * MIB
@@ -31,17 +31,6 @@ _SINGLE_FRAMES = 4
 _VECTOR_COPIES = 10
 
 
-def frame_bytes(config: Mapping[str, Any]) -> int:
-    """Bytes of one observation of a normalized config (all of its stack)."""
-    stack: int = config["stack_num"]
-    if config["obs_type"] == "ram":
-        return 128 * stack
-    channels = 3 if config["obs_type"] == "rgb" else 1
-    height: int = config["img_height"] or 210
-    width: int = config["img_width"] or 160
-    return height * width * channels * stack
-
-
 def atari_footprint(
     config: Mapping[str, Any], num_envs: int | None, batch_size: int | None
 ) -> Footprint:
@@ -52,13 +41,13 @@ def atari_footprint(
     """
     if num_envs is None:
         cfg = normalize_config(config)
-        one = frame_bytes(cfg)
+        one = obs_bytes(cfg)
         frame = one // cfg["stack_num"]
         return Footprint(_SINGLE_BASE + 2 * one + _SINGLE_FRAMES * frame)
     from .vector import vector_kwargs, vector_threads
 
     cfg, _ = vector_kwargs(config)
-    one = frame_bytes(cfg)
+    one = obs_bytes(cfg)
     per_env = _VECTOR_BASE + one * _VECTOR_COPIES
     # The batch being encoded is one more observation per env.
     return Footprint(num_envs * (per_env + one), vector_threads(config, num_envs, batch_size))
