@@ -46,7 +46,7 @@ import numpy as np
 
 from .client import VectorSessionClient
 from .errors import EnvConfigError
-from .gym import RemoteVectorEnv
+from .gym import BatchStep, RemoteVectorEnv
 
 __all__ = ["DEFAULTS", "EnvPoolEnv", "make", "make_gymnasium", "to_config"]
 
@@ -211,13 +211,7 @@ class EnvPoolEnv(RemoteVectorEnv, gymnasium.Env):  # type: ignore[misc]
 
     def step(  # type: ignore[override]
         self, action: np.ndarray[Any, Any], env_id: np.ndarray[Any, Any] | None = None
-    ) -> tuple[
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        dict[str, Any],
-    ]:
+    ) -> BatchStep:
         """``send`` then ``recv`` (synchronous pools: every env, in env order)."""
         if self.is_async or env_id is not None:
             self.send(action, env_id)
@@ -233,13 +227,7 @@ class EnvPoolEnv(RemoteVectorEnv, gymnasium.Env):  # type: ignore[misc]
 
     def recv(
         self,
-    ) -> tuple[
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        dict[str, Any],
-    ]:
+    ) -> BatchStep:
         """The next batch (after :meth:`async_reset`, its first)."""
         held = self._held
         if held is not None:
@@ -256,13 +244,7 @@ class EnvPoolEnv(RemoteVectorEnv, gymnasium.Env):  # type: ignore[misc]
         terminated: np.ndarray[Any, Any],
         truncated: np.ndarray[Any, Any],
         info: dict[str, Any],
-    ) -> tuple[
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        dict[str, Any],
-    ]:
+    ) -> BatchStep:
         ids = np.asarray(info["env_id"]) if "env_id" in info else self.all_env_ids
         ended = self._ended[ids]
         # A row after a game's end is its reset (elapsed 0); after a lost life the game goes on.

@@ -60,6 +60,16 @@ from .errors import EnvConfigError, InvalidState, OpenEnvError, RemoteEnvError
 from .gymspaces import gym_space, to_gym, to_wire
 from .spaces import ArraySpec, DiscreteSpec, Space
 
+#: What a vector env's ``step`` and ``recv`` return: observations, rewards,
+#: terminations, truncations (one row per env) and the infos.
+BatchStep = tuple[
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    dict[str, Any],
+]
+
 __all__ = [
     "ENV_ID",
     "SESSIONS",
@@ -385,15 +395,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._last_obs = obs
         return obs, infos
 
-    def step(
-        self, actions: np.ndarray[Any, Any]
-    ) -> tuple[
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        dict[str, Any],
-    ]:
+    def step(self, actions: np.ndarray[Any, Any]) -> BatchStep:
         """Step every env; the result arrays have one row per env.
 
         In same-step autoreset mode ``infos["final_obs"]`` is an object array
@@ -426,13 +428,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def recv(
         self,
-    ) -> tuple[
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        np.ndarray[Any, Any],
-        dict[str, Any],
-    ]:
+    ) -> BatchStep:
         """EnvPool's ``recv``: the next ``batch_size`` results, ``infos["env_id"]`` naming
         their envs.
 
