@@ -20,7 +20,7 @@ from pydantic import (
     model_serializer,
 )
 
-from openenv_ws.envs.openenv import _UNSET, _dump, _stored_fields, _wire
+from openenv_ws.envs.openenv.dump import UNSET, dump, stored_fields, wire_value
 
 EXCLUDE = frozenset({"done", "metadata"})
 
@@ -110,9 +110,9 @@ MODELS = [
 
 
 def reference(model: Any, exclude: frozenset[str]) -> Any:
-    """The dump through ``model_dump`` alone (what ``_dump`` did before reading stored values)."""
-    out = _wire(model.model_dump(exclude=set(exclude)))
-    return model.model_dump(mode="json", exclude=set(exclude)) if out is _UNSET else out
+    """The dump through ``model_dump`` alone (what ``dump`` did before reading stored values)."""
+    out = wire_value(model.model_dump(exclude=set(exclude)))
+    return model.model_dump(mode="json", exclude=set(exclude)) if out is UNSET else out
 
 
 def same(a: Any, b: Any) -> bool:
@@ -130,14 +130,14 @@ def same(a: Any, b: Any) -> bool:
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: type(m).__name__)
 @pytest.mark.parametrize("exclude", [EXCLUDE, frozenset()], ids=["result", "state"])
 def test_a_dump_is_model_dumps(model: Any, exclude: frozenset[str]) -> None:
-    assert same(_dump(model, exclude), reference(model, exclude))
+    assert same(dump(model, exclude), reference(model, exclude))
 
 
 def test_only_plain_models_are_read_from_their_stored_fields() -> None:
     plain = {Plain, Nested, Arrays}  # (Nested's and Arrays' values then fall back or convert)
     for model in MODELS:
         cls = type(model)
-        assert (_stored_fields(cls, EXCLUDE) is not None) == (cls in plain), cls.__name__
-    fields = _stored_fields(Plain, EXCLUDE)
+        assert (stored_fields(cls, EXCLUDE) is not None) == (cls in plain), cls.__name__
+    fields = stored_fields(Plain, EXCLUDE)
     assert fields is not None and fields[0][:2] == ("reward", "text")
     assert "done" not in fields[0] and fields[1] == len(Plain.model_fields)
