@@ -124,11 +124,14 @@ def under_type_checking(tree: ast.Module) -> set[ast.AST]:
     return skipped
 
 
-def imports(package: str) -> Iterator[tuple[str, Path, ast.Import | ast.ImportFrom, str]]:
-    """(importing module, its file, the import node, the module imported from) of `package`."""
+def imports(
+    package: str, typed: bool = False
+) -> Iterator[tuple[str, Path, ast.Import | ast.ImportFrom, str]]:
+    """(importing module, its file, the import node, the module imported from) of `package`;
+    `typed`: with the imports only type checkers run."""
     for module, path in modules(package).items():
         tree = ast.parse(path.read_text(), str(path))
-        skipped = under_type_checking(tree)
+        skipped = set() if typed else under_type_checking(tree)
         for node in ast.walk(tree):
             if node in skipped:
                 continue
@@ -146,11 +149,12 @@ def is_module(name: str) -> bool:
     return path.is_dir() or path.with_suffix(".py").is_file() or path.with_suffix(".c").is_file()
 
 
-def import_graph(package: str) -> dict[str, set[str]]:
-    """Module -> the modules of `package` it imports (a parent package's own import aside)."""
+def import_graph(package: str, typed: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules of `package` it imports (a parent package's own import aside;
+    `typed`: with the imports only type checkers run)."""
     known = modules(package)
     graph: dict[str, set[str]] = {name: set() for name in known}
-    for module, _, node, target in imports(package):
+    for module, _, node, target in imports(package, typed):
         names = [alias.name for alias in node.names] if isinstance(node, ast.ImportFrom) else []
         submodules = [f"{target}.{name}" for name in names if is_module(f"{target}.{name}")]
         targets = submodules if names and len(submodules) == len(names) else [target, *submodules]
@@ -257,3 +261,33 @@ def test_a_plugin_uses_only_public_modules_of_the_runtime() -> None:
 
 def test_the_plugin_check_sees_a_private_module() -> None:
     assert private_runtime_modules(RUNTIME), "the runtime's own private imports are not seen"
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def report(package: str = RUNTIME) -> str:
+    """The import-graph facts of `package`: modules and lines per sub-package, the largest
+    modules, and its cycles at run time and with type checkers' imports (``python
+    tests/test_layering.py``)."""
+    found = modules(package)
+    lines = {name: len(path.read_text().splitlines()) for name, path in found.items()}
+    parts: dict[str, list[str]] = {}
+    for name, path in found.items():
+        inner = path.relative_to(ROOT / package).parent.parts
+        parts.setdefault(".".join((package, *inner)), []).append(name)
+    out = ["| part | modules | lines | largest |", "|---|---:|---:|---|"]
+    for part, names in sorted(parts.items()):
+        top = max(names, key=lines.__getitem__)
+        total = sum(lines[n] for n in names)
+        out.append(f"| {part} | {len(names)} | {total} | {top} ({lines[top]}) |")
+    runtime, typed = import_graph(package), import_graph(package, typed=True)
+    out.append(f"\n{len(found)} modules, {sum(lines.values())} lines")
+    out.append(f"import edges: {sum(map(len, runtime.values()))} at run time")
+    out.append(f"cycles at run time: {cycles(runtime) or 'none'}")
+    out.append(f"cycles with TYPE_CHECKING imports: {cycles(typed) or 'none'}")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(report(sys.argv[1] if len(sys.argv) > 1 else RUNTIME))
