@@ -56,16 +56,7 @@ from typing import Any
 from ...environment import check_keys
 from ...errors import EnvConfigError
 from ...registry import EnvPlugin
-from .app import (
-    ACTION_ENV,
-    APP_ENV,
-    DEFAULT_HANDOVER,
-    HANDOVER_ENV,
-    INLINE_ENV,
-    OBSERVATION_ENV,
-    OpenEnvApp,
-    load_app,
-)
+from .app import DEFAULT_HANDOVER, OpenEnvApp, load_app
 from .environment import OpenEnvEnvironment
 
 __all__ = [
@@ -82,6 +73,18 @@ __all__ = [
     "openenv_factory",
     "openenv_plugin",
 ]
+
+
+#: Environment variable: ``module:attr`` of the environment class or factory to serve.
+APP_ENV = "OPENENV_WS_OPENENV_APP"
+#: Environment variable: ``module:attr`` of its Action class (default: found, see :func:`load_app`).
+ACTION_ENV = "OPENENV_WS_OPENENV_ACTION"
+#: Environment variable: ``module:attr`` of its Observation class (default: found, see :func:`load_app`).
+OBSERVATION_ENV = "OPENENV_WS_OPENENV_OBSERVATION"
+#: Environment variable: ``1`` when the environment's calls may run on the event loop.
+INLINE_ENV = "OPENENV_WS_OPENENV_INLINE"
+#: Environment variable: the handover window in seconds (``0``: never hand over).
+HANDOVER_ENV = "OPENENV_WS_OPENENV_HANDOVER"
 
 
 def openenv_plugin(

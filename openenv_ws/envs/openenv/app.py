@@ -20,12 +20,7 @@ from .dump import wire_value
 from .models import core, from_models, import_target, model_classes, returned, returns
 
 __all__ = [
-    "ACTION_ENV",
-    "APP_ENV",
     "DEFAULT_HANDOVER",
-    "HANDOVER_ENV",
-    "INLINE_ENV",
-    "OBSERVATION_ENV",
     "CoroutineLoop",
     "Holder",
     "OpenEnvApp",
@@ -33,16 +28,6 @@ __all__ = [
     "load_app",
 ]
 
-#: Environment variable: ``module:attr`` of the environment class or factory to serve.
-APP_ENV = "OPENENV_WS_OPENENV_APP"
-#: Environment variable: ``module:attr`` of its Action class (default: found, see :func:`load_app`).
-ACTION_ENV = "OPENENV_WS_OPENENV_ACTION"
-#: Environment variable: ``module:attr`` of its Observation class (default: found, see :func:`load_app`).
-OBSERVATION_ENV = "OPENENV_WS_OPENENV_OBSERVATION"
-#: Environment variable: ``1`` when the environment's calls may run on the event loop.
-INLINE_ENV = "OPENENV_WS_OPENENV_INLINE"
-#: Environment variable: the handover window in seconds (``0``: never hand over).
-HANDOVER_ENV = "OPENENV_WS_OPENENV_HANDOVER"
 #: Seconds without a call after which the one session of an environment that is not
 #: concurrent is handed to a newcomer asking for it.
 DEFAULT_HANDOVER = 10.0
