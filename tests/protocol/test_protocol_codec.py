@@ -20,6 +20,8 @@ from openenv_ws.errors import PayloadTooBig, ProtocolError
 from openenv_ws.wire import checks
 from openenv_ws.wire.checks import Kind
 
+from .spec_tables import op_fields
+
 
 def _pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
@@ -175,6 +177,18 @@ def test_the_c_tier_takes_the_declared_step_and_result() -> None:
     if importlib.util.find_spec("openenv_ws._wire") is None:
         pytest.skip("openenv_ws._wire is not built here")
     assert protocol.native_wire is not None, "the C readers do not know the declared frames"
+
+
+@pytest.mark.parametrize(
+    "section, ops",
+    [("## 4. Client ops", protocol.CLIENT_OPS), ("## 5. Server ops", protocol.SERVER_OPS)],
+)
+def test_the_spec_lists_the_declared_fields(section: str, ops: dict[str, Any]) -> None:
+    """SPEC's field tables name each frame's fields in wire order, required as declared."""
+    want = {
+        op: [(f.name, f.required) for f in protocol.wire_fields(cls)] for op, cls in ops.items()
+    }
+    assert op_fields(section) == want
 
 
 def test_each_kind_has_its_own_name() -> None:
