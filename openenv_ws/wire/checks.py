@@ -167,19 +167,25 @@ def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
 OPT_ARRAY = Kind("optArray", _opt_array)
 
 
-def _value(name: str, v: Any) -> Any:
-    """A structured value (section 22): nil, a scalar, an array, or lists and maps of them."""
-    kind = type(v)
-    if kind in _SCALARS:
-        return v
-    if kind is list or kind is dict:
-        _plain(name, v, 1)
-        return v
-    raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", v)
+def _structured(top: frozenset[type], want: str) -> Check:
+    """A check of a structured value (section 22) whose top level is of a type in
+    `top`, or a list or map of plain values (see :func:`_plain`), described as `want`."""
+
+    def check(name: str, v: Any) -> Any:
+        kind = type(v)
+        if kind in top:
+            return v
+        if kind is list or kind is dict:
+            _plain(name, v, 1)
+            return v
+        raise _bad(name, want, v)
+
+    return check
 
 
-#: A structured value (section 22).
-VALUE = Kind("value", _value)
+_PLAIN = "made of nil, bool, number, string, binary, array, list and map"
+#: A structured value (section 22): nil, a scalar, an array, or lists and maps of them.
+VALUE = Kind("value", _structured(_SCALARS, _PLAIN))
 
 
 def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int, limit: int = MAX_DEPTH) -> None:
@@ -204,7 +210,7 @@ def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int, limit: int = MA
         if kind is list or kind is dict:
             _plain(name, item, depth + 1, limit)
         else:
-            raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", item)
+            raise _bad(name, _PLAIN, item)
 
 
 def _map(name: str, v: Any) -> dict[str, Any]:
@@ -236,17 +242,14 @@ def _map_or_nil(name: str, v: Any) -> dict[str, Any]:
 MAP_OR_NIL = Kind("mapOrNil", _map_or_nil)
 
 
-def _action(name: str, v: Any) -> Any:
-    kind = type(v)
-    if kind is int or kind is float or kind is np.ndarray or kind is str:
-        return v
-    if kind is list or kind is dict:
-        _plain(name, v, 1)
-        return v
-    raise _bad(name, "an integer, a number, a string, an array, a list or a map", v)
-
-
-ACTION = Kind("action", _action)
+#: An action: bool, bin and nil are not actions.
+ACTION = Kind(
+    "action",
+    _structured(
+        frozenset({int, float, np.ndarray, str}),
+        "an integer, a number, a string, an array, a list or a map",
+    ),
+)
 
 
 def _num_envs(name: str, v: Any) -> int | None:
