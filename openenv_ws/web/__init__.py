@@ -4,7 +4,8 @@ The page (``static/``: ``index.html``, ``app.js``, ``style.css``, ``screen.js``
 (image observations), ``tree.js`` (any other observation, as a collapsible
 tree), ``inputs.js`` (an action input built from the action space),
 ``session.js`` and ``protocol.js`` over ``msgpack.js``, a dependency-free
-protocol v1 codec, all ES modules) opens its own session on
+protocol v1 codec whose frame tables and limits are ``wire.js``, generated
+from :mod:`openenv_ws.wire` by ``protocol/make_js.py``; all ES modules) opens its own session on
 ``/ws`` like any other client, as a client of structured values (SPEC
 section 22). Everything it loads comes from this package:
 no CDN, no network beyond the server that serves it.

@@ -6,9 +6,10 @@ module, each cheap to import on its own:
 
 - :mod:`.limits`: the protocol version, the endpoint path and the size limits.
 - :mod:`.codes`: the table of error codes (fatal or not, close code).
-- :mod:`.frames`: the typed frames, client to server and back.
+- :mod:`.frames`: the typed frames, client to server and back, each field
+  declared once with its kind, whether it is required and its default.
 - :mod:`.encode`: the reference encoder (canonical bytes of any frame).
-- :mod:`.checks`: what each frame's fields may hold (the decoder's schema).
+- :mod:`.checks`: the kinds of field value and their checks (the decoder's schema).
 - :mod:`.decode`: the reference decoder (bytes or a decoded map to a frame).
 - :mod:`.native`: the step loop's frames through the C speedups where built.
 - :mod:`.session`: the session state machine shared by server and clients.

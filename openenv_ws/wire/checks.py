@@ -1,14 +1,17 @@
-"""What each frame's fields may hold: the decoder's schema (``protocol/SPEC.md`` section 4).
+"""What a frame's fields may hold: the kinds of field value (``protocol/SPEC.md`` section 4).
 
 A check takes the field's name and its decoded value and returns the value
 for the frame, or raises :class:`~openenv_ws.errors.ProtocolError` saying
-which field is wrong and what it must be.
+which field is wrong and what it must be. Each :class:`Kind` pairs a check
+with the name the browser codec knows it by (``CHECKS`` in
+``openenv_ws/web/static/protocol.js``); :mod:`.frames` gives each field its
+kind, and the cross checks here to the frames that have them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import msgpack
 import numpy as np
@@ -16,13 +19,49 @@ import numpy as np
 from ..brief import brief
 from ..errors import ProtocolError
 from ..palette import PALETTE_BYTES
-from . import frames
-from .limits import MAX_CODECS, MAX_DEPTH, MAX_ID, MAX_NUM_ENVS, MAX_SPEC_DEPTH
+from .limits import MAX_CODEC_NAME, MAX_CODECS, MAX_DEPTH, MAX_ID, MAX_NUM_ENVS, MAX_SPEC_DEPTH
 
-__all__ = ["CROSS_CHECKS", "SCHEMAS", "Check", "foreign"]
+__all__ = [
+    "ACTION",
+    "BIN",
+    "BOOL",
+    "BOOL_ROWS",
+    "CODEC",
+    "CODECS",
+    "FLOAT",
+    "FLOAT64_ROWS",
+    "INT32_ROWS",
+    "INT_ROWS",
+    "MAP",
+    "MAP_OR_NIL",
+    "NUM_ENVS",
+    "OPT_ARRAY",
+    "OPT_INT_ROWS",
+    "OPT_PALETTE",
+    "OPT_STR",
+    "OPT_UINT",
+    "SPEC",
+    "STR",
+    "UINT32",
+    "VALUE",
+    "Check",
+    "Kind",
+    "batch_rows",
+    "foreign",
+    "open_sizes",
+    "send_rows",
+]
 
 Check: TypeAlias = Callable[[str, Any], Any]
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes, np.ndarray})
+
+
+class Kind(NamedTuple):
+    """A kind of field value: its check, under the name both codecs know it by."""
+
+    #: The key of the browser codec's check (``CHECKS`` in ``protocol.js``).
+    name: str
+    check: Check
 
 
 def _bad(name: str, want: str, value: Any) -> ProtocolError:
@@ -37,18 +76,6 @@ def _bad(name: str, want: str, value: Any) -> ProtocolError:
 def _foreign_ext() -> ProtocolError:
     # msgpack decodes ext type -1 (timestamp) itself instead of calling the ext hook.
     return ProtocolError("MessagePack extension type -1 is not part of protocol v1")
-
-
-def _uint(name: str, v: Any) -> int:
-    if type(v) is not int or v < 0:
-        raise _bad(name, "a non-negative integer", v)
-    return v
-
-
-def _uint32(name: str, v: Any) -> int:
-    if type(v) is not int or not 0 <= v <= MAX_ID:
-        raise _bad(name, f"an integer in 0..{MAX_ID}", v)
-    return v
 
 
 def _exactly(kind: type, want: str) -> Check:
@@ -67,9 +94,26 @@ def _or_nil(check: Check) -> Check:
     return lambda name, v: None if v is None else check(name, v)
 
 
-_bool = _exactly(bool, "a boolean")
-_str = _exactly(str, "a string")
-_bytes = _exactly(bytes, "binary data")
+BOOL = Kind("bool", _exactly(bool, "a boolean"))
+STR = Kind("str", _exactly(str, "a string"))
+OPT_STR = Kind("optStr", _or_nil(STR.check))
+BIN = Kind("bin", _exactly(bytes, "binary data"))
+
+
+def _uint(name: str, v: Any) -> int:
+    if type(v) is not int or v < 0:
+        raise _bad(name, "a non-negative integer", v)
+    return v
+
+
+def _uint32(name: str, v: Any) -> int:
+    if type(v) is not int or not 0 <= v <= MAX_ID:
+        raise _bad(name, f"an integer in 0..{MAX_ID}", v)
+    return v
+
+
+UINT32 = Kind("uint32", _uint32)
+OPT_UINT = Kind("optUint", _or_nil(_uint))
 
 
 def _opt_palette(name: str, v: Any) -> bytes | None:
@@ -85,22 +129,33 @@ def _opt_palette(name: str, v: Any) -> bytes | None:
     return v
 
 
+OPT_PALETTE = Kind("optPalette", _opt_palette)
+
+
 def _codecs(name: str, v: Any) -> list[str]:
-    want = f"a list of at most {MAX_CODECS} codec names (strings of up to 32 characters)"
+    want = (
+        f"a list of at most {MAX_CODECS} codec names (strings of up to {MAX_CODEC_NAME} characters)"
+    )
     if v is None:
         return []
     if type(v) is not list or len(v) > MAX_CODECS:
         raise _bad(name, want, v)
     for item in v:
-        if type(item) is not str or len(item) > 32:
+        if type(item) is not str or len(item) > MAX_CODEC_NAME:
             raise _bad(name, want, item)
     return v
 
 
+CODECS = Kind("codecs", _codecs)
+
+
 def _codec(name: str, v: Any) -> str | None:
-    if v is None or (type(v) is str and len(v) <= 32):
+    if v is None or (type(v) is str and len(v) <= MAX_CODEC_NAME):
         return v
-    raise _bad(name, "nil or a codec name (a string of up to 32 characters)", v)
+    raise _bad(name, f"nil or a codec name (a string of up to {MAX_CODEC_NAME} characters)", v)
+
+
+CODEC = Kind("codec", _codec)
 
 
 def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
@@ -109,15 +164,28 @@ def _opt_array(name: str, v: Any) -> np.ndarray[Any, Any] | None:
     raise _bad(name, "an array (ext type 1) or nil", v)
 
 
-def _value(name: str, v: Any) -> Any:
-    """A structured value (section 22): nil, a scalar, an array, or lists and maps of them."""
-    kind = type(v)
-    if kind in _SCALARS:
-        return v
-    if kind is list or kind is dict:
-        _plain(name, v, 1)
-        return v
-    raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", v)
+OPT_ARRAY = Kind("optArray", _opt_array)
+
+
+def _structured(top: frozenset[type], want: str) -> Check:
+    """A check of a structured value (section 22) whose top level is of a type in
+    `top`, or a list or map of plain values (see :func:`_plain`), described as `want`."""
+
+    def check(name: str, v: Any) -> Any:
+        kind = type(v)
+        if kind in top:
+            return v
+        if kind is list or kind is dict:
+            _plain(name, v, 1)
+            return v
+        raise _bad(name, want, v)
+
+    return check
+
+
+_PLAIN = "made of nil, bool, number, string, binary, array, list and map"
+#: A structured value (section 22): nil, a scalar, an array, or lists and maps of them.
+VALUE = Kind("value", _structured(_SCALARS, _PLAIN))
 
 
 def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int, limit: int = MAX_DEPTH) -> None:
@@ -142,7 +210,7 @@ def _plain(name: str, v: list[Any] | dict[Any, Any], depth: int, limit: int = MA
         if kind is list or kind is dict:
             _plain(name, item, depth + 1, limit)
         else:
-            raise _bad(name, "made of nil, bool, number, string, binary, array, list and map", item)
+            raise _bad(name, _PLAIN, item)
 
 
 def _map(name: str, v: Any) -> dict[str, Any]:
@@ -152,6 +220,9 @@ def _map(name: str, v: Any) -> dict[str, Any]:
     return v
 
 
+MAP = Kind("map", _map)
+
+
 def _spec(name: str, v: Any) -> dict[str, Any]:
     if type(v) is not dict:
         raise _bad(name, "a map", v)
@@ -159,24 +230,35 @@ def _spec(name: str, v: Any) -> dict[str, Any]:
     return v
 
 
+#: An ``opened`` frame's spec: a map that may nest deeper than other maps.
+SPEC = Kind("spec", _spec)
+
+
 def _map_or_nil(name: str, v: Any) -> dict[str, Any]:
     return {} if v is None else _map(name, v)
 
 
-def _action(name: str, v: Any) -> Any:
-    kind = type(v)
-    if kind is int or kind is float or kind is np.ndarray or kind is str:
-        return v
-    if kind is list or kind is dict:
-        _plain(name, v, 1)
-        return v
-    raise _bad(name, "an integer, a number, a string, an array, a list or a map", v)
+#: A map; nil reads as the empty map.
+MAP_OR_NIL = Kind("mapOrNil", _map_or_nil)
+
+
+#: An action: bool, bin and nil are not actions.
+ACTION = Kind(
+    "action",
+    _structured(
+        frozenset({int, float, np.ndarray, str}),
+        "an integer, a number, a string, an array, a list or a map",
+    ),
+)
 
 
 def _num_envs(name: str, v: Any) -> int | None:
     if v is None or (type(v) is int and 1 <= v <= MAX_NUM_ENVS):
         return v
     raise _bad(name, f"nil or an integer in 1..{MAX_NUM_ENVS}", v)
+
+
+NUM_ENVS = Kind("numEnvs", _num_envs)
 
 
 def _int_rows(name: str, v: Any) -> Any:
@@ -198,6 +280,10 @@ def _int_rows(name: str, v: Any) -> Any:
     return v
 
 
+INT_ROWS = Kind("intRows", _int_rows)
+OPT_INT_ROWS = Kind("optIntRows", _or_nil(_int_rows))
+
+
 def _rows(dtype: str) -> Check:
     """A check that the value is a 1-d array of exactly `dtype` (a ``batch`` column)."""
     want = f"a 1-d array of {dtype}"
@@ -217,7 +303,13 @@ def _rows(dtype: str) -> Check:
     return check
 
 
-def _reward(name: str, v: Any) -> float:
+#: The columns of a ``batch``.
+FLOAT64_ROWS = Kind("float64Rows", _rows("float64"))
+BOOL_ROWS = Kind("boolRows", _rows("bool"))
+INT32_ROWS = Kind("int32Rows", _rows("int32"))
+
+
+def _float(name: str, v: Any) -> float:
     if type(v) is float:
         if v != v:
             raise _bad(name, "a number (not NaN)", v)
@@ -225,6 +317,10 @@ def _reward(name: str, v: Any) -> float:
     if type(v) is int:
         return float(v)
     raise _bad(name, "a number", v)
+
+
+#: A float field: encoded as float64 whatever its value (SPEC section 3).
+FLOAT = Kind("float", _float)
 
 
 def foreign(value: Any) -> bool:
@@ -244,69 +340,8 @@ def foreign(value: Any) -> bool:
     return False
 
 
-#: Per frame class, in wire order: (field name, check, required). Absent
-#: optional fields take the dataclass default.
-SCHEMAS: dict[type[frames.Frame], tuple[tuple[str, Check, bool], ...]] = {
-    frames.Open: (
-        ("version", _uint32, True),
-        ("config", _map_or_nil, False),
-        ("token", _or_nil(_str), False),
-        ("resume", _or_nil(_str), False),
-        ("palette", _bool, False),
-        ("compress", _codecs, False),
-        ("delta", _bool, False),
-        ("num_envs", _num_envs, False),
-        ("batch_size", _num_envs, False),
-        ("structured", _bool, False),
-    ),
-    frames.Reset: (
-        ("seed", _or_nil(_uint), False),
-        ("episode_id", _or_nil(_str), False),
-        ("options", _map_or_nil, False),
-    ),
-    frames.Step: (("action", _action, True), ("obs", _bool, False)),
-    frames.Send: (
-        ("action", _int_rows, True),
-        ("env_ids", _or_nil(_int_rows), False),
-        ("obs", _bool, False),
-    ),
-    frames.GetState: (),
-    frames.Snapshot: (),
-    frames.Restore: (("snapshot", _bytes, True),),
-    frames.Close: (),
-    frames.Opened: (
-        ("session_id", _str, True),
-        ("version", _uint32, True),
-        ("spec", _spec, True),
-        ("resume_token", _or_nil(_str), False),
-        ("palette", _opt_palette, False),
-        ("compress", _codec, False),
-        ("delta", _bool, False),
-    ),
-    frames.Result: (
-        ("obs", _value, False),
-        ("reward", _reward, True),
-        ("terminated", _bool, True),
-        ("truncated", _bool, True),
-        ("done", _bool, True),
-        ("info", _map_or_nil, False),
-    ),
-    frames.Batch: (
-        ("obs", _opt_array, False),
-        ("reward", _rows("float64"), True),
-        ("terminated", _rows("bool"), True),
-        ("truncated", _rows("bool"), True),
-        ("env_id", _rows("int32"), True),
-        ("info", _map_or_nil, False),
-    ),
-    frames.StateReply: (("state", _map, True),),
-    frames.SnapshotData: (("snapshot", _bytes, True),),
-    frames.Closed: (),
-    frames.Error: (("code", _str, True), ("message", _str, True), ("fatal", _bool, True)),
-}
-
-
-def _open_sizes(frame: Any) -> None:
+def open_sizes(frame: Any) -> None:
+    """An ``open``: ``batch_size`` only with ``num_envs``, and at most that."""
     if frame.batch_size is None:
         return
     if frame.num_envs is None:
@@ -322,7 +357,8 @@ def _open_sizes(frame: Any) -> None:
         )
 
 
-def _send_rows(frame: Any) -> None:
+def send_rows(frame: Any) -> None:
+    """A ``send``: one env id per action."""
     if frame.env_ids is not None and len(frame.env_ids) != len(frame.action):
         raise ProtocolError(
             f"field 'env_ids' has {len(frame.env_ids)} entries and 'action' {len(frame.action)}; "
@@ -331,7 +367,8 @@ def _send_rows(frame: Any) -> None:
         )
 
 
-def _batch_rows(frame: Any) -> None:
+def batch_rows(frame: Any) -> None:
+    """A ``batch``: every column (``info``'s too) and the observations have one row per env."""
     rows = len(frame.reward)
     for name in ("terminated", "truncated", "env_id"):
         if len(getattr(frame, name)) != rows:
@@ -377,11 +414,3 @@ def _info_columns(info: dict[str, Any], rows: int, path: str) -> None:
                 "info's included, has one row per env",
                 code="bad_request",
             )
-
-
-#: Checks across the fields of one frame, run after each field's own check.
-CROSS_CHECKS: dict[type[frames.Frame], Callable[[Any], None]] = {
-    frames.Open: _open_sizes,
-    frames.Send: _send_rows,
-    frames.Batch: _batch_rows,
-}

@@ -1,6 +1,6 @@
 """The reference decoder: bytes (or an already decoded map) to a typed frame.
 
-Every field is checked against :data:`~.checks.SCHEMAS`; whatever is wrong
+Every field is checked as :mod:`.frames` declares it; whatever is wrong
 raises :class:`~openenv_ws.errors.ProtocolError` naming the field, with the
 request's id when it could be read. The C readers of the step loop's frames
 (:mod:`.native`) accept a subset of these bytes and give the same values.
@@ -18,9 +18,9 @@ from .._arrays import EXT_NDARRAY, decode_array
 from .._shm import EXT_SHARED, ClientRegion
 from ..brief import brief
 from ..errors import PayloadTooBig, ProtocolError
-from .checks import CROSS_CHECKS, SCHEMAS, foreign
+from .checks import Check, foreign
 from .compress import EXT_COMPRESSED, ObsUnpacker
-from .frames import CLIENT_OPS, SERVER_OPS, ClientFrame, Error, Frame, ServerFrame
+from .frames import CLIENT_OPS, SERVER_OPS, ClientFrame, Error, Frame, ServerFrame, wire_fields
 from .limits import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_SERVER_FRAME_SIZE, MAX_ID
 
 __all__ = [
@@ -137,6 +137,12 @@ def _unpack(
 
 
 _MISSING: Any = object()
+#: Per frame class, in wire order: (field name, check, required). Absent
+#: optional fields take the declared default.
+_SCHEMAS: dict[type[Frame], tuple[tuple[str, Check, bool], ...]] = {
+    cls: tuple((f.name, f.kind.check, f.required) for f in wire_fields(cls))
+    for cls in (*CLIENT_OPS.values(), *SERVER_OPS.values())
+}
 
 
 def _from_map(raw: dict[Any, Any], ops: dict[str, type[Frame]]) -> Any:
@@ -160,7 +166,7 @@ def _from_map(raw: dict[Any, Any], ops: dict[str, type[Frame]]) -> Any:
         # Fields in schema order go by position (cheaper); after an absent one, by name.
         args: list[Any] = [rid]
         named: dict[str, Any] | None = None
-        for name, check, required in SCHEMAS[cls]:
+        for name, check, required in _SCHEMAS[cls]:
             value = raw.get(name, _MISSING)
             if value is not _MISSING:
                 if named is None:
@@ -177,7 +183,7 @@ def _from_map(raw: dict[Any, Any], ops: dict[str, type[Frame]]) -> Any:
                 "an unknown field holds a non-string map key or an extension type other than 1"
             )
         frame = cls(*args) if named is None else cls(*args, **named)
-        cross = CROSS_CHECKS.get(cls)
+        cross = cls.CROSS_CHECK
         if cross is not None:
             cross(frame)
     except ProtocolError as err:
@@ -225,8 +231,10 @@ def decode_server_frame(
     return frame
 
 
-#: (frame class, field name) -> the check of that field in :data:`~.checks.SCHEMAS`.
-_FIELD_CHECKS = {(cls, name): check for cls, fields in SCHEMAS.items() for name, check, _ in fields}
+#: (frame class, field name) -> the check of that field.
+_FIELD_CHECKS = {
+    (cls, name): check for cls, fields in _SCHEMAS.items() for name, check, _ in fields
+}
 
 
 def decode_field(

@@ -13,7 +13,6 @@ import functools
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any, NamedTuple
 
 import msgpack
@@ -22,8 +21,9 @@ import numpy as np
 from .._arrays import EXT_NDARRAY, array_ext_parts, array_ext_payload
 from .._shm import SharedArray
 from ..errors import ProtocolError
+from .checks import FLOAT
 from .compress import CompressedArray
-from .frames import ClientFrame, Error, Frame, ServerFrame
+from .frames import ClientFrame, Error, Frame, ServerFrame, wire_fields
 from .limits import MAX_ID
 
 __all__ = ["NIL", "Layout", "array_parts", "encode", "layout", "thread_pack"]
@@ -128,11 +128,10 @@ class Layout(NamedTuple):
 
 
 def _make_layout(cls: type[Frame]) -> Layout:
-    names = [f.name for f in fields(cls) if f.name != "id"]
+    wired = wire_fields(cls)
     pack = msgpack.packb
-    prefix = bytes([0x80 | len(names) + 2]) + pack("op") + pack(cls.OP) + pack("id")
-    floats = {f.name for f in fields(cls) if f.type in ("float", float)}
-    return Layout(prefix, tuple((n, pack(n), n in floats) for n in names))
+    prefix = bytes([0x80 | len(wired) + 2]) + pack("op") + pack(cls.OP) + pack("id")
+    return Layout(prefix, tuple((f.name, pack(f.name), f.kind is FLOAT) for f in wired))
 
 
 _LAYOUTS: dict[type[Frame], Layout] = {}

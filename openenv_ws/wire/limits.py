@@ -6,6 +6,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_SERVER_FRAME_SIZE",
     "MAX_CODECS",
+    "MAX_CODEC_NAME",
     "MAX_DEPTH",
     "MAX_ERROR_MESSAGE",
     "MAX_ID",
@@ -36,6 +37,8 @@ MAX_SPEC_DEPTH = 32
 MAX_ERROR_MESSAGE = 1000
 #: Most codec names an ``open`` may list in ``compress``.
 MAX_CODECS = 16
+#: Longest codec name, in characters (``open``'s ``compress``, ``opened``'s ``compress``).
+MAX_CODEC_NAME = 32
 #: Most envs one vector session may hold on the wire (``open``'s ``num_envs``);
 #: a server's own limit (``serve --max-envs``) is usually far lower.
 MAX_NUM_ENVS = 65536

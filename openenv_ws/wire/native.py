@@ -29,23 +29,35 @@ from .limits import MAX_ID
 
 __all__: list[str] = ["STRUCTURED", "encode_result", "encode_step", "native_wire", "parse_step"]
 
-#: The C module (``openenv_ws._wire``) given this package's layouts; None
-#: where the package was installed without a C compiler.
-native_wire: Any
-try:
-    from .. import _wire as native_wire  # type: ignore[attr-defined, no-redef, unused-ignore]
-except ImportError:
-    native_wire = None
-else:
-    native_wire.configure("result", layout(Result).prefix, layout(Result).keys)
-    native_wire.configure("step", layout(Step).prefix, layout(Step).keys)
+
+def _configured() -> Any:
+    """The C module given this package's layouts, or None (see :data:`native_wire`)."""
+    try:
+        from .. import _wire  # type: ignore[attr-defined, unused-ignore]
+    except ImportError:
+        return None
+    c: Any = _wire
+    try:
+        c.configure("result", layout(Result).prefix, layout(Result).keys)
+        c.configure("step", layout(Step).prefix, layout(Step).keys)
+    except ValueError:
+        return None  # a hot frame has fields the C does not know (yet): the reference serves
+    return c
+
+
+#: The C module (``openenv_ws._wire``) given this package's layouts; None where
+#: the package was installed without a C compiler, or where ``step`` or
+#: ``result`` is declared with other fields than the C readers know.
+native_wire: Any = _configured()
 
 #: The obs_ext_type of a structured observation in the C reader's result tuple (the
 #: value's MessagePack bytes follow, for :func:`~.decode.decode_field`).
 STRUCTURED: int = -1 if native_wire is None else native_wire.STRUCTURED
 
 _STEP_PREFIX = layout(Step).prefix
-_ACTION_KEY, _OBS_KEY = layout(Step).keys
+# The fast path of encode_step writes a step of two fields: action, then obs.
+_TWO_FIELDS = len(layout(Step).keys) == 2
+_ACTION_KEY, _OBS_KEY = layout(Step).keys[:2]
 # The bytes after the id of a step with an action in 0..127: [2 * action + obs].
 _STEP_TAILS = tuple(
     _ACTION_KEY + bytes((action,)) + _OBS_KEY + (b"\xc3" if obs else b"\xc2")
@@ -83,6 +95,14 @@ def encode_step(rid: int, action: Any, obs: bool = True) -> bytes:
                 (_STEP_PREFIX, head, _ACTION_KEY, packed, _OBS_KEY, b"\xc3" if obs else b"\xc2")
             )
     return encode(Step(rid, action, obs))
+
+
+def _reference_step(rid: int, action: Any, obs: bool = True) -> bytes:
+    return encode(Step(rid, action, obs))
+
+
+if not _TWO_FIELDS:  # a step declared with more fields: the reference writes them all
+    encode_step = _reference_step
 
 
 def encode_result(

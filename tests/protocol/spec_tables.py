@@ -49,3 +49,30 @@ def parse_cell(cell: str) -> tuple[str | None, str | None, bool]:
     if arrow is None:
         return cell.strip("`"), None, False
     return None, arrow.group(1), "ended if done" in cell
+
+
+def op_fields(section: str) -> dict[str, list[tuple[str, bool]]]:
+    """op -> its fields in order as (name, required), from the field tables of the
+    ``### `op``` headings of the section whose heading starts with `section`."""
+    lines = SPEC.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(section))
+    out: dict[str, list[tuple[str, bool]]] = {}
+    op = None
+    header: list[str] = []
+    for line in lines[start + 1 :]:
+        if line.startswith("## "):
+            break
+        heading = re.match(r"### `(\w+)`", line)
+        if heading:
+            op = heading.group(1)
+            out[op] = []
+            header = []
+        elif op is not None and line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not header:
+                header = cells
+            elif header[0] == "field" and not set(cells[0]) <= {"-", " "}:
+                out[op].append((cells[0].strip("`"), cells[header.index("required")] == "yes"))
+        else:
+            header = []  # a table ends at the first line that is not a row
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import struct
 import sys
 import threading
@@ -16,7 +17,10 @@ import pytest
 from openenv_ws import protocol
 from openenv_ws._arrays import array_ext_parts, array_ext_payload
 from openenv_ws.errors import PayloadTooBig, ProtocolError
-from openenv_ws.wire.checks import SCHEMAS
+from openenv_ws.wire import checks
+from openenv_ws.wire.checks import Kind
+
+from .spec_tables import op_fields
 
 
 def _pack(obj: Any) -> bytes:
@@ -152,11 +156,45 @@ def test_error_frames_take_a_nil_id_only_there() -> None:
 # --------------------------------------------------------------------------- the step loop's frames
 
 
-def test_each_schema_lists_the_fields_of_its_frame_in_order() -> None:
+def test_each_frame_declares_every_field_for_the_wire_in_order() -> None:
     """The decoder passes fields by position, the encoder writes them in this order."""
-    assert set(SCHEMAS) == set(protocol.CLIENT_OPS.values()) | set(protocol.SERVER_OPS.values())
-    for cls, schema in SCHEMAS.items():
-        assert [name for name, _, _ in schema] == [f.name for f in fields(cls)][1:], cls.OP
+    for cls in (*protocol.CLIENT_OPS.values(), *protocol.SERVER_OPS.values()):
+        wired = protocol.wire_fields(cls)
+        assert [f.name for f in wired] == [f.name for f in fields(cls)][1:], cls.OP
+        assert all(isinstance(f.kind, Kind) for f in wired), cls.OP
+        # Each call gives fresh containers: no two frames share a default map or list.
+        assert all(
+            a.default is not b.default
+            for a, b in zip(wired, protocol.wire_fields(cls), strict=True)
+            if type(a.default) in (dict, list)
+        )
+
+
+def test_the_c_tier_takes_the_declared_step_and_result() -> None:
+    """A field added to ``step`` or ``result`` in frames.py turns the C tier off (the
+    reference codec serves those frames, correctly but slower) until the C readers and
+    writers (``openenv_ws/_wire_read.c``, ``_wire_write.c``) learn it: this says so."""
+    if importlib.util.find_spec("openenv_ws._wire") is None:
+        pytest.skip("openenv_ws._wire is not built here")
+    assert protocol.native_wire is not None, "the C readers do not know the declared frames"
+
+
+@pytest.mark.parametrize(
+    "section, ops",
+    [("## 4. Client ops", protocol.CLIENT_OPS), ("## 5. Server ops", protocol.SERVER_OPS)],
+)
+def test_the_spec_lists_the_declared_fields(section: str, ops: dict[str, Any]) -> None:
+    """SPEC's field tables name each frame's fields in wire order, required as declared."""
+    want = {
+        op: [(f.name, f.required) for f in protocol.wire_fields(cls)] for op, cls in ops.items()
+    }
+    assert op_fields(section) == want
+
+
+def test_each_kind_has_its_own_name() -> None:
+    """The browser codec finds a kind's check by its name."""
+    kinds = [v for v in vars(checks).values() if isinstance(v, Kind)]
+    assert len({kind.name for kind in kinds}) == len(kinds)
 
 
 def test_a_result_decodes_alike_in_every_valid_form() -> None:

@@ -40,7 +40,8 @@ def test_home_redirects_to_the_page(client: TestClient) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["app.js", "msgpack.js", "protocol.js", "screen.js", "session.js", "style.css"]
+    "name",
+    ["app.js", "msgpack.js", "protocol.js", "screen.js", "session.js", "wire.js", "style.css"],
 )
 def test_static_files_are_served_with_their_type(client: TestClient, name: str) -> None:
     r = client.get(f"/web/{name}")
@@ -96,6 +97,7 @@ def test_page_references_only_its_own_files() -> None:
         "session.js",
         "tree.js",
         "inputs.js",
+        "wire.js",
     }
     assert local <= set(STATIC_FILES)
 

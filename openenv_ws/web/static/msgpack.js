@@ -1,11 +1,13 @@
 // MessagePack for protocol v1 in the browser: the canonical encoding of SPEC
 // section 3, strict decoding and the ndarray extension (type 1, SPEC section
-// 6). An ES module with no dependencies; protocol.js builds the frames on it.
+// 6). An ES module whose only dependency is the generated wire.js (the dtype
+// codes); protocol.js builds the frames on it.
+import { DTYPES as DTYPE_NAMES, EXT_NDARRAY, MAX_NDIM } from "./wire.js";
+
+export { EXT_NDARRAY, MAX_NDIM };
 
 /** Levels of lists/maps a whole frame may nest (the envelope is level 1). */
 export const MAX_FRAME_DEPTH = 1024;
-export const EXT_NDARRAY = 1;
-export const MAX_NDIM = 16;
 
 /** A frame could not be encoded or decoded; `code` is a wire error code. */
 export class ProtocolError extends Error {
@@ -30,22 +32,11 @@ export class Float {
   }
 }
 
+// The typed array holding each dtype's elements; float16 has none everywhere:
+// its elements are the raw bits (Uint16Array).
+const TYPED = { bool: Uint8Array, uint8: Uint8Array, int8: Int8Array, uint16: Uint16Array, int16: Int16Array, uint32: Uint32Array, int32: Int32Array, uint64: BigUint64Array, int64: BigInt64Array, float16: Uint16Array, float32: Float32Array, float64: Float64Array };
 // dtype table of SPEC section 6: code -> [name, item size, typed array class].
-// float16 has no typed array everywhere: its elements are the raw bits (Uint16Array).
-const DTYPES = [
-  ["bool", 1, Uint8Array],
-  ["uint8", 1, Uint8Array],
-  ["int8", 1, Int8Array],
-  ["uint16", 2, Uint16Array],
-  ["int16", 2, Int16Array],
-  ["uint32", 4, Uint32Array],
-  ["int32", 4, Int32Array],
-  ["uint64", 8, BigUint64Array],
-  ["int64", 8, BigInt64Array],
-  ["float16", 2, Uint16Array],
-  ["float32", 4, Float32Array],
-  ["float64", 8, Float64Array],
-];
+const DTYPES = DTYPE_NAMES.map((name) => [name, TYPED[name].BYTES_PER_ELEMENT, TYPED[name]]);
 const DTYPE_CODES = Object.fromEntries(DTYPES.map(([name], code) => [name, code]));
 /** The typed array class holding the elements of `dtype` (undefined for a dtype not in the table). */
 export const typedArrayFor = (dtype) => (dtype in DTYPE_CODES ? DTYPES[DTYPE_CODES[dtype]][2] : undefined);

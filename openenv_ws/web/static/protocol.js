@@ -1,23 +1,14 @@
-// Protocol v1 for the browser: the frame tables of protocol/SPEC.md over the
-// MessagePack codec of msgpack.js (whose names it exports too, for the page
-// and for tests/web/, which runs the golden vectors of protocol/vectors/
-// through it under Node).
+// Protocol v1 for the browser: the frame tables of protocol/SPEC.md (wire.js,
+// generated from the Python declaration by protocol/make_js.py) checked here,
+// over the MessagePack codec of msgpack.js (whose names it exports too, for
+// the page and for tests/web/, which runs the golden vectors of
+// protocol/vectors/ through it under Node).
 import { Float, NDArray, ProtocolError, Writer, decode, isMap, newMap, writeFloat, writeValue } from "./msgpack.js";
+import { CLIENT_OPS, DEFAULT_MAX_FRAME_SIZE as DEFAULT_MAX_CLIENT_FRAME_SIZE, DEFAULT_MAX_SERVER_FRAME_SIZE, MAX_CODECS, MAX_CODEC_NAME, MAX_DEPTH as MAX_VALUE_DEPTH, MAX_ID, MAX_NUM_ENVS, MAX_SPEC_DEPTH, PALETTE_BYTES, SERVER_OPS } from "./wire.js";
 
 export { EXT_NDARRAY, Float, MAX_FRAME_DEPTH, MAX_NDIM, NDArray, ProtocolError, decode, encode, isMap, typedArrayFor } from "./msgpack.js";
-
-export const PROTOCOL_VERSION = 1;
-export const MAX_ID = 0xffffffff;
-/** Largest server frame a client accepts unless told otherwise (64 MiB). */
-export const DEFAULT_MAX_SERVER_FRAME_SIZE = 64 * 1024 * 1024;
-/** Largest client frame a server accepts unless told otherwise (1 MiB). */
-export const DEFAULT_MAX_CLIENT_FRAME_SIZE = 1024 * 1024;
-/** Levels of lists/maps a free-form value may nest (the value itself is level 1). */
-export const MAX_VALUE_DEPTH = 8;
-// An opened frame's spec may nest deeper: each Dict or Tuple space takes two levels (section 22).
-export const MAX_SPEC_DEPTH = 32;
-/** Most envs one vector session may hold on the wire (`open`'s `num_envs`). */
-export const MAX_NUM_ENVS = 65536;
+export { DEFAULT_MAX_SERVER_FRAME_SIZE, MAX_ID, MAX_NUM_ENVS, MAX_SPEC_DEPTH, PROTOCOL_VERSION } from "./wire.js";
+export { DEFAULT_MAX_CLIENT_FRAME_SIZE, MAX_VALUE_DEPTH };
 
 function describe(v) {
   if (v === null) return "nil";
@@ -89,21 +80,21 @@ const CHECKS = {
   },
   optPalette: (n, v) => {
     if (v === null) return v;
-    const want = "nil or 768 bytes of binary data (256 RGB triples)";
+    const want = `nil or ${PALETTE_BYTES} bytes of binary data (256 RGB triples)`;
     if (!(v instanceof Uint8Array)) throw bad(n, want, v);
-    if (v.length !== 768) throw new ProtocolError(`field '${n}' must be ${want}, got ${v.length} bytes`, "bad_request");
+    if (v.length !== PALETTE_BYTES) throw new ProtocolError(`field '${n}' must be ${want}, got ${v.length} bytes`, "bad_request");
     return v;
   },
   codecs: (n, v) => {
-    const want = "a list of at most 16 codec names (strings of up to 32 characters)";
+    const want = `a list of at most ${MAX_CODECS} codec names (strings of up to ${MAX_CODEC_NAME} characters)`;
     if (v === null) return [];
-    if (!Array.isArray(v) || v.length > 16) throw bad(n, want, v);
-    for (const item of v) if (typeof item !== "string" || item.length > 32) throw bad(n, want, item);
+    if (!Array.isArray(v) || v.length > MAX_CODECS) throw bad(n, want, v);
+    for (const item of v) if (typeof item !== "string" || item.length > MAX_CODEC_NAME) throw bad(n, want, item);
     return v;
   },
   codec: (n, v) => {
-    if (v === null || (typeof v === "string" && v.length <= 32)) return v;
-    throw bad(n, "nil or a codec name (a string of up to 32 characters)", v);
+    if (v === null || (typeof v === "string" && v.length <= MAX_CODEC_NAME)) return v;
+    throw bad(n, `nil or a codec name (a string of up to ${MAX_CODEC_NAME} characters)`, v);
   },
   optArray: (n, v) => {
     if (v !== null && !(v instanceof NDArray)) throw bad(n, "an array (ext type 1) or nil", v);
@@ -156,76 +147,13 @@ const CHECKS = {
   },
 };
 
-// Per op, in canonical order: [field, check, required, default]. Defaults are
-// functions so every frame gets fresh containers.
-const nil = () => null;
-const CLIENT_OPS = {
-  open: [
-    ["version", "uint32", true, () => PROTOCOL_VERSION],
-    ["config", "mapOrNil", false, newMap],
-    ["token", "optStr", false, nil],
-    ["resume", "optStr", false, nil],
-    ["palette", "bool", false, () => false],
-    ["compress", "codecs", false, () => []],
-    ["delta", "bool", false, () => false],
-    ["num_envs", "numEnvs", false, nil],
-    ["batch_size", "numEnvs", false, nil],
-    ["structured", "bool", false, () => false],
-  ],
-  reset: [
-    ["seed", "optUint", false, nil],
-    ["episode_id", "optStr", false, nil],
-    ["options", "mapOrNil", false, newMap],
-  ],
-  step: [
-    ["action", "action", true, nil],
-    ["obs", "bool", false, () => true],
-  ],
-  send: [
-    ["action", "intRows", true, nil],
-    ["env_ids", "optIntRows", false, nil],
-    ["obs", "bool", false, () => true],
-  ],
-  state: [],
-  snapshot: [],
-  restore: [["snapshot", "bin", true, nil]],
-  close: [],
-};
-const SERVER_OPS = {
-  opened: [
-    ["session_id", "str", true, nil],
-    ["version", "uint32", true, nil],
-    ["spec", "spec", true, nil],
-    ["resume_token", "optStr", false, nil],
-    ["palette", "optPalette", false, nil],
-    ["compress", "codec", false, nil],
-    ["delta", "bool", false, () => false],
-  ],
-  result: [
-    ["obs", "value", false, nil],
-    ["reward", "float", true, nil],
-    ["terminated", "bool", true, nil],
-    ["truncated", "bool", true, nil],
-    ["done", "bool", true, nil],
-    ["info", "mapOrNil", false, newMap],
-  ],
-  batch: [
-    ["obs", "optArray", false, nil],
-    ["reward", "float64Rows", true, nil],
-    ["terminated", "boolRows", true, nil],
-    ["truncated", "boolRows", true, nil],
-    ["env_id", "int32Rows", true, nil],
-    ["info", "mapOrNil", false, newMap],
-  ],
-  state: [["state", "map", true, nil]],
-  snapshot: [["snapshot", "bin", true, nil]],
-  closed: [],
-  error: [
-    ["code", "str", true, nil],
-    ["message", "str", true, nil],
-    ["fatal", "bool", true, nil],
-  ],
-};
+// Every check the generated tables name is here: a kind added in Python needs its check above.
+for (const fields of [...Object.values(CLIENT_OPS), ...Object.values(SERVER_OPS)]) {
+  for (const [name, check] of fields) if (!Object.hasOwn(CHECKS, check)) throw new Error(`protocol.js has no check '${check}' (field '${name}' in wire.js)`);
+}
+
+// A field's default from the tables; containers are made fresh for each frame.
+const fresh = (d) => (Array.isArray(d) ? [] : isMap(d) ? newMap() : d);
 
 const rowCount = (v) => (v instanceof NDArray ? v.shape[0] : v.length);
 
@@ -293,7 +221,7 @@ function encodeFrame(ops, frame) {
   writeValue(w, nilId ? null : id);
   for (const [name, check, , fallback] of table) {
     let v = frame[name];
-    if (v === undefined || (v === null && check === "mapOrNil")) v = fallback();
+    if (v === undefined || (v === null && check === "mapOrNil")) v = fresh(fallback);
     writeValue(w, name);
     try {
       if (check === "float") {
@@ -331,7 +259,7 @@ function decodeFrame(ops, bytes, maxFrameSize, keepFloats, nilIdOp) {
     for (const [name, check, required, fallback] of table) {
       if (Object.hasOwn(raw, name)) frame[name] = CHECKS[check](name, raw[name], keepFloats);
       else if (required) throw new ProtocolError(`op '${op}' needs field '${name}'`, "bad_request");
-      else frame[name] = fallback();
+      else frame[name] = fresh(fallback);
     }
     if (Object.hasOwn(CROSS, op)) CROSS[op](frame);
   } catch (err) {
