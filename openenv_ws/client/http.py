@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import ssl
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, Unpack
 from urllib.parse import urlsplit
 
 from ..errors import InvalidState, ProtocolError, ServerUnavailable
@@ -33,11 +31,11 @@ from ..openenv_dialect import (
     state_payload,
 )
 from ..protocol import ClientFrame, Result, ServerFrame, Step, encode
-from ._core import ClientCore, StepResult
+from ._core import StepResult
 from ._http import HTTPConnection
 from ._session import BlockingSession
-from ._tls import secure_transport
 from ._ws import normalize_url
+from .options import ClientOptions, TransportOptions
 
 __all__ = ["HTTPEnvClient"]
 
@@ -84,14 +82,13 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             ``host:port``). ``base_url`` is accepted as another name for it,
             as OpenEnv's clients call it.
         config: the environment configuration sent in ``open``.
-        token: bearer token, if the server requires one (default: the
-            ``OPENENV_WS_TOKEN`` environment variable); sent as
-            ``Authorization: Bearer`` with every request.
-        open_timeout: seconds to connect and open the session (None: no limit).
-        timeout: default seconds to wait for each reply (None: no limit).
-        max_frame_size: largest reply accepted, in bytes; it also bounds the
-            observations of one reply as decoded (decompressed, or read from
-            the shared region), whatever the server's spec declares.
+        **options: :class:`~openenv_ws.client.options.TransportOptions`, as
+            :class:`~openenv_ws.client.EnvClient` has them: ``token`` (sent as
+            ``Authorization: Bearer`` with every request), ``open_timeout``,
+            ``timeout``, ``max_frame_size``, ``ca_file``, ``ssl_context`` and
+            ``allow_insecure_token`` (TLS for ``https://`` and the token rule),
+            ``compression`` (with the msgpack encoding, never as deltas: a lost
+            reply would leave the two sides out of step).
         encoding: ``"msgpack"`` (the protocol frames themselves) or ``"json"``
             (their JSON view, for debugging and for proxies that only pass
             text).
@@ -99,11 +96,6 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             connection fails before its reply arrives (0: never). The server
             answers a repeated request from its last reply, so a step whose
             reply was lost is applied once.
-        ca_file, ssl_context, allow_insecure_token: TLS for ``https://`` and
-            the token rule, as :class:`~openenv_ws.client.EnvClient` has them.
-        compression: compressed observations with the msgpack encoding, as
-            :class:`~openenv_ws.client.EnvClient` has them but never as deltas
-            (a lost reply would leave the two sides out of step).
 
     Subclasses in OpenEnv's style define ``_step_payload``, ``_parse_result``
     and ``_parse_state`` (see the module docstring).
@@ -124,16 +116,9 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         *,
         base_url: str | None = None,
         config: Mapping[str, Any] | None = None,
-        token: str | None = None,
-        open_timeout: float | None = 30.0,
-        timeout: float | None = 60.0,
-        max_frame_size: int = 64 << 20,
         encoding: Literal["msgpack", "json"] = "msgpack",
         retry_timeout: float = 30.0,
-        ca_file: str | os.PathLike[str] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        allow_insecure_token: bool = False,
-        compression: str | Sequence[str] | None = "auto",
+        **options: Unpack[TransportOptions],
     ) -> None:
         if (url is None) == (base_url is None):
             raise TypeError("pass the server's URL once, as url or as base_url")
@@ -143,18 +128,17 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             raise ValueError(f"encoding must be 'msgpack' or 'json', got {encoding!r}")
         scheme, host, port, prefix = http_base(address)
         server = normalize_url(address, path="").replace("ws", "http", 1)
-        tls = secure_transport([server], token, ca_file, ssl_context, allow_insecure_token)
+        opts = ClientOptions.of(type(self).__name__, options, TransportOptions)
+        tls = opts.tls([server])
         self.url = f"{scheme}://{host}:{port}{prefix}"
-        self.timeout = timeout
+        self.timeout = opts.timeout
         self.encoding = encoding
         self.retry_timeout = retry_timeout
         # Full-colour frames: the fallback keeps to the plainest form of the protocol.
-        self._core = ClientCore(
-            config or {}, token=token, max_frame_size=max_frame_size, indexed_frames=False
-        )
+        self._core = opts.core(config, indexed_frames=False)
         # A reply lost on the way is retried here unnoticed by the server: no delta frames.
         self._core.offer_compression(
-            self.url, compression if encoding == "msgpack" else None, False
+            self.url, opts.compression if encoding == "msgpack" else None, False
         )
         media = _MSGPACK if encoding == "msgpack" else _JSON
         headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
@@ -171,7 +155,9 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         self._parse_state_hook = getattr(self, "_parse_state", None)
         try:
             opened = self._core.opened(
-                self._exchange("POST", prefix + _SESSIONS, self._core.open_frame(), open_timeout)
+                self._exchange(
+                    "POST", prefix + _SESSIONS, self._core.open_frame(), opts.open_timeout
+                )
             )
         except BaseException:
             self._conn.close()

@@ -25,10 +25,8 @@ Gymnasium's ``SyncVectorEnv`` gives them).
 
 from __future__ import annotations
 
-import os
-import ssl
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -39,6 +37,7 @@ from ..protocol import Batch, Reset, Send, ServerFrame, StateReply, Step, encode
 from ._batch import StepBatch, action_array, env_id_list, final_infos, parse_autoreset_mode
 from ._core import DEFAULT, ClientCore
 from ._session import SessionFacts
+from .options import BlockingOptions, ClientOptions
 from .sync import SocketSession
 
 __all__ = ["VECTOR_AUTORESET_MODES", "VectorSessionClient"]
@@ -76,10 +75,10 @@ class VectorSessionClient(SocketSession, SessionFacts):
             ``gymnasium.vector.AutoresetMode``).
         copy: return new observation arrays (True, default) or the client's
             preallocated buffer, overwritten by the next call (False).
-        token, open_timeout, timeout, max_frame_size, busy_poll, shared_memory,
-        compression, delta, ca_file, ssl_context, allow_insecure_token: as
-            :class:`~openenv_ws.client.EnvClient`'s (``delta`` is off by
-            default: consecutive batches of different envs differ).
+        **options: as :class:`~openenv_ws.client.EnvClient`'s (``open_timeout``
+            is 60 s and ``delta`` off by default: consecutive batches of
+            different envs differ; ``indexed_frames`` is not for vector sessions,
+            whose frames come in full colour).
 
     Raises:
         ValueError: a bad `num_envs`, `batch_size` or `autoreset_mode`, or TLS
@@ -99,17 +98,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
         batch_size: int | None = None,
         autoreset_mode: Any = "next_step",
         copy: bool = True,
-        token: str | None = None,
-        open_timeout: float | None = 60.0,
-        timeout: float | None = 60.0,
-        max_frame_size: int = 64 << 20,
-        busy_poll: float = 0.0,
-        shared_memory: bool = True,
-        compression: str | Sequence[str] | None = "auto",
-        delta: bool = False,
-        ca_file: str | os.PathLike[str] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        allow_insecure_token: bool = False,
+        **options: Unpack[BlockingOptions],
     ) -> None:
         if type(num_envs) is not int or num_envs < 1:
             raise ValueError(f"num_envs must be an integer of at least 1, got {num_envs!r}")
@@ -121,33 +110,20 @@ class VectorSessionClient(SocketSession, SessionFacts):
         self.batch_size = size
         self.autoreset_mode = mode
         self.copy = copy
-        core = ClientCore(
-            {**(config or {}), "autoreset_mode": mode},
-            token=token,
-            max_frame_size=max_frame_size,
-            indexed_frames=False,
-        )
+        opts = ClientOptions.of(type(self).__name__, options, open_timeout=60.0, delta=False)
+        if opts.indexed_frames:
+            raise ValueError(
+                "indexed_frames is not for vector sessions (their frames come in full "
+                "colour); leave it out"
+            )
+        core = opts.core({**(config or {}), "autoreset_mode": mode}, indexed_frames=False)
         core.num_envs = num_envs
         core.batch_size = batch_size
         # The request sent by send() whose batch recv() has not returned: (bytes, id).
         self._pending: tuple[bytes, int] | None = None
         # The env ids of the last batch returned: send()'s actions go to them.
         self._last_ids: Array | None = None
-        super().__init__(
-            url,
-            core,
-            token=token,
-            open_timeout=open_timeout,
-            timeout=timeout,
-            busy_poll=busy_poll,
-            resume_timeout=30.0,
-            shared_memory=shared_memory,
-            compression=compression,
-            delta=delta,
-            ca_file=ca_file,
-            ssl_context=ssl_context,
-            allow_insecure_token=allow_insecure_token,
-        )
+        super().__init__(url, core, opts)
         try:
             self._check_opened()
         except BaseException:
