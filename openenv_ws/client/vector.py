@@ -26,6 +26,7 @@ from typing import Any, Unpack
 
 import numpy as np
 
+from ..autoreset import AUTORESET_MODES, Autoreset, parse_autoreset_mode
 from ..environment import EnvSpec
 from ..errors import EnvConfigError, InvalidState, RemoteEnvError, RequestTimeout, SessionClosed
 from ..protocol import Reset, Result, encode, encode_step
@@ -34,7 +35,6 @@ from ._batch import (
     Batcher,
     StepBatch,
     action_splitter,
-    parse_autoreset_mode,
     seeds_for,
 )
 from ._core import DEFAULT, check_observation_bytes
@@ -45,8 +45,6 @@ from .options import BlockingOptions, ClientOptions
 
 __all__ = ["AUTORESET_MODES", "VectorEnvClient"]
 
-#: Supported autoreset modes (the values of ``gymnasium.vector.AutoresetMode``).
-AUTORESET_MODES = ("next_step", "same_step", "disabled")
 #: Opens a client leaves unanswered at once while opening its sessions.
 OPENS_IN_FLIGHT = 32
 
@@ -117,6 +115,7 @@ class VectorEnvClient:
         self.num_envs = n
         self.urls = [url_list[i % len(url_list)] for i in range(n)]
         self.autoreset_mode = mode
+        self._autoreset = Autoreset(mode, n)
         self.timeout = opts.timeout
         self.busy_poll = opts.busy_poll
         self.open_timeout = open_timeout = opts.open_timeout
@@ -340,8 +339,9 @@ class VectorEnvClient:
                     f"env {slot.index} already has a request in flight; recv() its result "
                     "before sending it another action"
                 )
+        step_is_reset = self._autoreset.step_is_reset
         for slot, action in zip(slots, acts, strict=True):
-            if slot.needs_reset:
+            if step_is_reset(slot.index):
                 self._send_reset(slot, None, {}, Pending.AUTORESET)
                 continue
             rid = slot.core.next_id()
@@ -479,12 +479,6 @@ class VectorEnvClient:
 
     def _arrive(self, slot: EnvSlot, frame: Result) -> None:
         kind = slot.pending
-        done = frame.done
-        if kind is Pending.STEP and done and self.autoreset_mode == "same_step":
-            # Keep the final step; its row is completed by the reset's observation.
-            slot.final = frame
-            self._send_reset(slot, None, {}, Pending.FINAL_RESET)
-            return
         if kind is Pending.FINAL_RESET:
             step, slot.final = slot.final, None
             assert step is not None
@@ -493,7 +487,11 @@ class VectorEnvClient:
             )
             self._inbox.append((slot.index, merged, (step.obs, step.info)))
             return
-        slot.needs_reset = done and self.autoreset_mode == "next_step"
+        if self._autoreset.ended(slot.index, frame.done) and kind is Pending.STEP:
+            # Keep the final step; its row is completed by the reset's observation.
+            slot.final = frame
+            self._send_reset(slot, None, {}, Pending.FINAL_RESET)
+            return
         if kind is Pending.AUTORESET:
             frame = Result(frame.id, frame.obs, 0.0, False, False, False, frame.info)
         self._inbox.append((slot.index, frame, None))

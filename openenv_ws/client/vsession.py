@@ -31,10 +31,12 @@ from typing import Any, Unpack
 import numpy as np
 
 from .._arrays import check_bools
-from ..environment import AUTORESET_MODES, ArraySpec
+from ..autoreset import SESSION_AUTORESET_MODES as VECTOR_AUTORESET_MODES
+from ..autoreset import parse_autoreset_mode
+from ..environment import ArraySpec
 from ..errors import EnvConfigError, InvalidState, ProtocolError
 from ..protocol import Batch, Reset, Send, ServerFrame, StateReply, Step, encode
-from ._batch import StepBatch, action_array, env_id_list, final_infos, parse_autoreset_mode
+from ._batch import StepBatch, action_array, env_id_list, final_infos
 from ._core import DEFAULT, ClientCore
 from ._session import SessionFacts
 from .options import BlockingOptions, ClientOptions
@@ -43,8 +45,6 @@ from .sync import SocketSession
 __all__ = ["VECTOR_AUTORESET_MODES", "VectorSessionClient"]
 
 Array = np.ndarray[Any, Any]
-#: The autoreset modes of a vector session (values of ``gymnasium.vector.AutoresetMode``).
-VECTOR_AUTORESET_MODES = AUTORESET_MODES
 
 
 class VectorSessionClient(SocketSession, SessionFacts):
