@@ -11,8 +11,8 @@ from ..errors import InvalidState, RequestTimeout, ServerUnavailable, SessionClo
 from ..protocol import ClientFrame, ServerFrame, encode, encode_step
 from ._aws import AsyncWebSocket
 from ._core import DEFAULT, StepResult
+from ._ops import SessionOps
 from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run_async
-from ._session import SessionOps
 from ._ws import normalize_url
 from .options import ClientOptions, SessionOptions
 

@@ -11,8 +11,8 @@ from ..errors import InvalidState, SessionClosed
 from ..protocol import ClientFrame, ServerFrame, encode, encode_step
 from ._core import ClientCore
 from ._idle import CallGuard, keep_alive, read_last_words
+from ._ops import BlockingSession
 from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run
-from ._session import BlockingSession
 from ._ws import BlockingWebSocket, normalize_url
 from .options import BlockingOptions, ClientOptions
 

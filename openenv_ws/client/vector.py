@@ -29,7 +29,7 @@ import numpy as np
 from ..autoreset import AUTORESET_MODES, Autoreset, parse_autoreset_mode
 from ..environment import EnvSpec
 from ..errors import EnvConfigError, InvalidState, RemoteEnvError, RequestTimeout, SessionClosed
-from ..protocol import Reset, Result, encode, encode_step
+from ..protocol import Result, encode, encode_step
 from ._batch import (
     Arrival,
     Batcher,
@@ -397,8 +397,8 @@ class VectorEnvClient:
     def _send_reset(
         slot: EnvSlot, seed: int | None, options: dict[str, Any], kind: Pending
     ) -> None:
-        rid = slot.core.next_id()
-        slot.transmit(rid, encode(Reset(id=rid, seed=seed, options=options)), kind)
+        frame = slot.core.reset_frame(seed, None, options)
+        slot.transmit(frame.id, encode(frame), kind)
 
     def _gather(self, ids: list[int], timeout: float | None) -> list[Arrival]:
         """Wait until every env in ``ids`` has answered; return their results.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from openenv_ws.client import EnvClient, HTTPEnvClient
-from openenv_ws.client.http import http_base
+from openenv_ws.client.http_fallback import http_base
 from openenv_ws.errors import (
     InvalidState,
     OpenEnvError,

@@ -35,10 +35,10 @@ from ..autoreset import SESSION_AUTORESET_MODES as VECTOR_AUTORESET_MODES
 from ..autoreset import parse_autoreset_mode
 from ..environment import ArraySpec
 from ..errors import EnvConfigError, InvalidState, ProtocolError
-from ..protocol import Batch, Reset, Send, ServerFrame, StateReply, Step, encode
+from ..protocol import Batch, ServerFrame, StateReply, encode
 from ._batch import StepBatch, action_array, env_id_list, final_infos
 from ._core import DEFAULT, ClientCore
-from ._session import SessionFacts
+from ._ops import SessionFacts
 from .options import BlockingOptions, ClientOptions
 from .sync import SocketSession
 
@@ -204,8 +204,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
                     "an asynchronous session resets all its envs"
                 )
             opts["env_ids"] = env_id_list(env_ids, self.num_envs)
-        frame = Reset(self._core.next_id(), seed, None, opts)
-        reply = self._send_request(encode(frame), frame.id, self._wait(timeout))
+        reply = self._roundtrip(self._core.reset_frame(seed, None, opts), self._wait(timeout))
         obs, _, _, _, infos = self._take(reply, by_env=not self.asynchronous)
         return obs, infos
 
@@ -231,8 +230,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
             )
         self._idle("step")
         arr = action_array(actions, self.num_envs)
-        rid = self._core.next_id()
-        reply = self._send_request(encode(Step(rid, arr, True)), rid, self._wait(timeout))
+        reply = self._roundtrip(self._core.step_frame(arr, True), self._wait(timeout))
         return self._take(reply, by_env=True)
 
     def send(
@@ -265,10 +263,10 @@ class VectorSessionClient(SocketSession, SessionFacts):
                     f"env_ids must be the envs of the last batch {sorted(last.tolist())} "
                     f"in any order, got {ids.tolist()}"
                 )
-        rid = self._core.next_id()
-        data = encode(Send(rid, arr, ids, True))
+        frame = self._core.send_frame(arr, ids)
+        data = encode(frame)
         self._post(data)
-        self._pending = (data, rid)
+        self._pending = (data, frame.id)
 
     def recv(self, *, timeout: float | None = DEFAULT) -> StepBatch:
         """The batch answering the last :meth:`send`: ``batch_size`` rows, in the

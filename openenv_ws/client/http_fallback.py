@@ -1,7 +1,7 @@
 """The HTTP fallback client: the :class:`~openenv_ws.client.EnvClient` API over plain HTTP.
 
 For networks where WebSockets do not pass. Each call is one HTTP request on
-a kept-alive connection (:mod:`openenv_ws.client._http`) to the server's
+a kept-alive connection (:mod:`openenv_ws.client._http_conn`) to the server's
 ``/v1/sessions`` routes; bodies are protocol v1 frames in
 MessagePack (default) or their JSON view.
 
@@ -32,8 +32,8 @@ from ..openenv_dialect import (
 )
 from ..protocol import ClientFrame, Result, ServerFrame, Step, encode
 from ._core import StepResult
-from ._http import HTTPConnection
-from ._session import BlockingSession
+from ._http_conn import HTTPConnection
+from ._ops import BlockingSession
 from ._ws import normalize_url
 from .options import ClientOptions, TransportOptions
 
