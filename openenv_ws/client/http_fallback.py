@@ -30,14 +30,14 @@ from ..openenv_dialect import (
     result_payload,
     state_payload,
 )
-from ..protocol import ClientFrame, Result, ServerFrame, Step, encode
-from ._core import StepResult
+from ..protocol import ClientFrame, Opened, Result, ServerFrame, Step, encode
+from ._core import ClientCore, StepResult
 from ._http_conn import HTTPConnection
 from ._ops import BlockingSession
 from ._ws import normalize_url
 from .options import ClientOptions, TransportOptions
 
-__all__ = ["HTTPEnvClient"]
+__all__ = ["HTTPEnvClient", "HTTPLink", "http_base"]
 
 ObsT = TypeVar("ObsT")
 
@@ -126,46 +126,104 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         assert address is not None
         if encoding not in ("msgpack", "json"):
             raise ValueError(f"encoding must be 'msgpack' or 'json', got {encoding!r}")
-        scheme, host, port, prefix = http_base(address)
-        server = normalize_url(address, path="").replace("ws", "http", 1)
         opts = ClientOptions.of(type(self).__name__, options, TransportOptions)
-        tls = opts.tls([server])
-        self.url = f"{scheme}://{host}:{port}{prefix}"
         self.timeout = opts.timeout
-        self.encoding = encoding
-        self.retry_timeout = retry_timeout
         # Full-colour frames: the fallback keeps to the plainest form of the protocol.
         self._core = opts.core(config, indexed_frames=False)
-        # A reply lost on the way is retried here unnoticed by the server: no delta frames.
-        self._core.offer_compression(
-            self.url, opts.compression if encoding == "msgpack" else None, False
-        )
-        media = _MSGPACK if encoding == "msgpack" else _JSON
-        headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
-        self._conn = HTTPConnection(scheme, host, port, headers, tls)
-        self._prefix = prefix
-        self._path: str | None = None
-        self._closed = False
-        self._legal: list[int] = []
-        # Whether actions and observations are OpenEnv models (json spaces).
-        self._model_action = self._model_obs = False
+        self._link: HTTPLink = HTTPLink(address, self._core, opts, encoding, retry_timeout)
         # OpenEnv-style hooks, looked up once.
         self._step_payload_hook = getattr(self, "_step_payload", None)
         self._parse_result_hook = getattr(self, "_parse_result", None)
         self._parse_state_hook = getattr(self, "_parse_state", None)
+        opened = self._link.open(opts.open_timeout)
+        self._legal = legal_actions(opened.spec)
+        # Whether actions and observations are OpenEnv models (json spaces).
+        self._model_action = model_space(opened.spec, "action")
+        self._model_obs = model_space(opened.spec, "observation")
+
+    @property
+    def encoding(self) -> str:
+        """How frames travel: ``"msgpack"`` or ``"json"``."""
+        return self._link.encoding
+
+    @property
+    def retry_timeout(self) -> float:
+        """Seconds a session's request is re-sent while the connection fails."""
+        return self._link.retry_timeout
+
+    # ------------------------------------------------------------------ hooks
+
+    def _action_to_wire(self, action: Any) -> Any:
+        """Turn a user action into the wire ``action`` value."""
+        if self._step_payload_hook is not None:
+            payload = self._step_payload_hook(action)
+            return action_from_openenv(payload, model=self._model_action)
+        return super()._action_to_wire(action)
+
+    def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
+        """Turn a ``result`` frame into the client's result type."""
+        if self._parse_result_hook is not None:
+            payload = result_payload(frame, self._legal, model=self._model_obs)
+            parsed: StepResult[ObsT] = self._parse_result_hook(payload)
+            return parsed
+        return super()._result_from_wire(frame)
+
+    def _state_from_wire(self, state: dict[str, Any]) -> Any:
+        """Turn a ``state`` map into the client's state type."""
+        if self._parse_state_hook is not None:
+            return self._parse_state_hook(state_payload(state))
+        return super()._state_from_wire(state)
+
+
+class HTTPLink:
+    """One session's requests over a kept-alive HTTP connection to the fallback's
+    routes: the :class:`~openenv_ws.client._ops.Link` of :class:`HTTPEnvClient`.
+
+    Args:
+        address: the server, as :class:`HTTPEnvClient` takes it.
+        core: the session's protocol state.
+        options: the client's options (TLS, token, compression).
+        encoding, retry_timeout: :class:`HTTPEnvClient`'s.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        core: ClientCore,
+        options: ClientOptions,
+        encoding: Literal["msgpack", "json"],
+        retry_timeout: float,
+    ) -> None:
+        scheme, host, port, prefix = http_base(address)
+        server = normalize_url(address, path="").replace("ws", "http", 1)
+        tls = options.tls([server])
+        self.url = f"{scheme}://{host}:{port}{prefix}"
+        self.encoding = encoding
+        self.retry_timeout = retry_timeout
+        self._core = core
+        # A reply lost on the way is retried here unnoticed by the server: no delta frames.
+        core.offer_compression(
+            self.url, options.compression if encoding == "msgpack" else None, False
+        )
+        media = _MSGPACK if encoding == "msgpack" else _JSON
+        headers = {"Content-Type": media, "Accept": media, **core.headers()}
+        self._conn = HTTPConnection(scheme, host, port, headers, tls)
+        self._prefix = prefix
+        self._path: str | None = None
+        self._closed = False
+
+    def open(self, timeout: float | None) -> Opened:
+        """Open the session (``POST /v1/sessions``); its ``opened``, taken by the core."""
         try:
+            frame = self._core.open_frame()
             opened = self._core.opened(
-                self._exchange(
-                    "POST", prefix + _SESSIONS, self._core.open_frame(), opts.open_timeout
-                )
+                self._exchange("POST", self._prefix + _SESSIONS, frame, timeout)
             )
         except BaseException:
             self._conn.close()
             raise
-        self._path = f"{prefix}{_SESSIONS}/{opened.session_id}"
-        self._legal = legal_actions(opened.spec)
-        self._model_action = model_space(opened.spec, "action")
-        self._model_obs = model_space(opened.spec, "observation")
+        self._path = f"{self._prefix}{_SESSIONS}/{opened.session_id}"
+        return opened
 
     # ------------------------------------------------------------------ properties
 
@@ -218,7 +276,8 @@ class HTTPEnvClient(BlockingSession[ObsT]):
                 time.sleep(pause)
                 pause = min(2 * pause, 1.0)
 
-    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
+    def roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
+        """Send `frame` to its route, return its reply (error frames raise)."""
         if self._closed or self._path is None:
             raise self._core.closed_error or InvalidState(
                 "the client is closed; create a new one to open another session", code="closed"
@@ -229,10 +288,9 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         body = frame if method != "GET" else None
         return self._exchange(method, self._path + route, body, timeout)
 
-    def _step_roundtrip(
-        self, rid: int, action: Any, obs: bool, timeout: float | None
-    ) -> ServerFrame:
-        return self._roundtrip(Step(id=rid, action=action, obs=obs), timeout)
+    def step(self, rid: int, action: Any, obs: bool, timeout: float | None) -> ServerFrame:
+        """Send the step ``rid``, return its reply."""
+        return self.roundtrip(Step(id=rid, action=action, obs=obs), timeout)
 
     def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
@@ -244,27 +302,3 @@ class HTTPEnvClient(BlockingSession[ObsT]):
                 with contextlib.suppress(Exception):
                     self._exchange("DELETE", self._path, self._core.close_frame(), 5.0)
             self._conn.close()
-        self._stop_provider()
-
-    # ------------------------------------------------------------------ hooks
-
-    def _action_to_wire(self, action: Any) -> Any:
-        """Turn a user action into the wire ``action`` value."""
-        if self._step_payload_hook is not None:
-            payload = self._step_payload_hook(action)
-            return action_from_openenv(payload, model=self._model_action)
-        return super()._action_to_wire(action)
-
-    def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
-        """Turn a ``result`` frame into the client's result type."""
-        if self._parse_result_hook is not None:
-            payload = result_payload(frame, self._legal, model=self._model_obs)
-            parsed: StepResult[ObsT] = self._parse_result_hook(payload)
-            return parsed
-        return super()._result_from_wire(frame)
-
-    def _state_from_wire(self, state: dict[str, Any]) -> Any:
-        """Turn a ``state`` map into the client's state type."""
-        if self._parse_state_hook is not None:
-            return self._parse_state_hook(state_payload(state))
-        return super()._state_from_wire(state)

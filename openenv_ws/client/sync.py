@@ -25,7 +25,7 @@ class SocketSession:
     """One session over one blocking WebSocket: connect and open, requests (a dropped
     connection resumed, the request in flight re-sent), heartbeats between calls, close.
 
-    The transport of :class:`EnvClient` and of
+    The :class:`~openenv_ws.client._ops.Link` of :class:`EnvClient` and of
     :class:`~openenv_ws.client.VectorSessionClient`; `core` says what ``open``
     asks for, `options` how to connect (:class:`~openenv_ws.client.options.ClientOptions`).
     """
@@ -33,7 +33,6 @@ class SocketSession:
     def __init__(self, url: str, core: ClientCore, options: ClientOptions) -> None:
         self.url = normalize_url(url)
         self._ssl = options.tls([self.url])
-        self.timeout = options.timeout
         self.open_timeout = open_timeout = options.open_timeout
         self.busy_poll = options.busy_poll
         self.resume_timeout = options.resume_seconds
@@ -47,7 +46,7 @@ class SocketSession:
         try:
             self._ws = self._connect(open_timeout)
             try:
-                core.opened(self._roundtrip(core.open_frame(), open_timeout))
+                core.opened(self.roundtrip(core.open_frame(), open_timeout))
             except BaseException:
                 self._ws.close()
                 raise
@@ -77,13 +76,18 @@ class SocketSession:
         self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
         return ws
 
-    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
-        return self._send_request(encode(frame), frame.id, timeout)
+    def roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
+        """Send `frame`, return its reply (error frames raise)."""
+        return self.request(encode(frame), frame.id, timeout)
 
-    def _send_request(
+    def step(self, rid: int, action: Any, obs: bool, timeout: float | None) -> ServerFrame:
+        """Send the step ``rid``, return its reply (the hot path: no frame object)."""
+        return self.request(encode_step(rid, action, obs), rid, timeout)
+
+    def request(
         self, data: bytes, rid: int, timeout: float | None, *, sent: bool = False
     ) -> ServerFrame:
-        """Send `data`, request `rid` (unless it was `sent` already by :meth:`_post`),
+        """Send `data`, request `rid` (unless it was `sent` already by :meth:`post`),
         and return its reply; error frames raise."""
         guard = self._guard
         guard.lock.acquire()
@@ -93,8 +97,8 @@ class SocketSession:
         finally:
             guard.lock.release()
 
-    def _post(self, data: bytes) -> None:
-        """Send `data` without waiting for its reply (:meth:`_send_request` with
+    def post(self, data: bytes) -> None:
+        """Send `data` without waiting for its reply (:meth:`request` with
         ``sent=True`` takes it). A connection that dropped is resumed then."""
         guard = self._guard
         guard.lock.acquire()
@@ -109,7 +113,7 @@ class SocketSession:
             guard.lock.release()
 
     def _call(self, data: bytes, rid: int, timeout: float | None, sent: bool) -> ServerFrame:
-        """:meth:`_send_request` with the guard held."""
+        """:meth:`request` with the guard held."""
         ws = self._ws
         core = self._core
         if ws is None or self._closing:
@@ -163,7 +167,7 @@ class SocketSession:
             ws.close(timeout=0.5)
 
 
-class EnvClient(SocketSession, BlockingSession[ObsT]):
+class EnvClient(BlockingSession[ObsT]):
     """A session with a remote environment over one WebSocket (blocking).
 
     Example::
@@ -209,17 +213,9 @@ class EnvClient(SocketSession, BlockingSession[ObsT]):
         **options: Unpack[BlockingOptions],
     ) -> None:
         opts = ClientOptions.of(type(self).__name__, options)
-        super().__init__(url, opts.core(config), opts)
-
-    def _step_roundtrip(
-        self, rid: int, action: Any, obs: bool, timeout: float | None
-    ) -> ServerFrame:
-        return self._send_request(encode_step(rid, action, obs), rid, timeout)
-
-    def close(self) -> None:
-        """Close the session and free the server's environment. Idempotent."""
-        super().close()
-        self._stop_provider()
+        self.timeout = opts.timeout
+        self._core = core = opts.core(config)
+        self._link: SocketSession = SocketSession(url, core, opts)
 
 
 def exchange(

@@ -38,7 +38,7 @@ from ..errors import EnvConfigError, InvalidState, ProtocolError
 from ..protocol import Batch, ServerFrame, StateReply, encode
 from ._batch import StepBatch, action_array, env_id_list, final_infos
 from ._core import DEFAULT, ClientCore
-from ._ops import SessionFacts
+from ._ops import Linked
 from .options import BlockingOptions, ClientOptions
 from .sync import SocketSession
 
@@ -47,7 +47,7 @@ __all__ = ["VECTOR_AUTORESET_MODES", "VectorSessionClient"]
 Array = np.ndarray[Any, Any]
 
 
-class VectorSessionClient(SocketSession, SessionFacts):
+class VectorSessionClient(Linked):
     """``num_envs`` environments in one session on one WebSocket, stepped as a batch.
 
     Example::
@@ -123,7 +123,9 @@ class VectorSessionClient(SocketSession, SessionFacts):
         self._pending: tuple[bytes, int] | None = None
         # The env ids of the last batch returned: send()'s actions go to them.
         self._last_ids: Array | None = None
-        super().__init__(url, core, opts)
+        self.timeout = opts.timeout
+        self._core = core
+        self._link: SocketSession = SocketSession(url, core, opts)
         try:
             self._check_opened()
         except BaseException:
@@ -204,7 +206,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
                     "an asynchronous session resets all its envs"
                 )
             opts["env_ids"] = env_id_list(env_ids, self.num_envs)
-        reply = self._roundtrip(self._core.reset_frame(seed, None, opts), self._wait(timeout))
+        reply = self._link.roundtrip(self._core.reset_frame(seed, None, opts), self._wait(timeout))
         obs, _, _, _, infos = self._take(reply, by_env=not self.asynchronous)
         return obs, infos
 
@@ -230,7 +232,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
             )
         self._idle("step")
         arr = action_array(actions, self.num_envs)
-        reply = self._roundtrip(self._core.step_frame(arr, True), self._wait(timeout))
+        reply = self._link.roundtrip(self._core.step_frame(arr, True), self._wait(timeout))
         return self._take(reply, by_env=True)
 
     def send(
@@ -265,7 +267,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
                 )
         frame = self._core.send_frame(arr, ids)
         data = encode(frame)
-        self._post(data)
+        self._link.post(data)
         self._pending = (data, frame.id)
 
     def recv(self, *, timeout: float | None = DEFAULT) -> StepBatch:
@@ -284,7 +286,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
             raise InvalidState("recv() without a pending send(); send() actions first")
         data, rid = pending
         try:
-            reply = self._send_request(data, rid, self._wait(timeout), sent=True)
+            reply = self._link.request(data, rid, self._wait(timeout), sent=True)
         except Exception as exc:
             if not isinstance(exc, TimeoutError):  # a late batch is taken by the next recv()
                 self._pending = None
@@ -295,7 +297,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
     def state(self, *, timeout: float | None = DEFAULT) -> dict[str, Any]:
         """The session's state (``num_envs``, ``batch_size``, step counts, config)."""
         self._idle("state")
-        reply = self._roundtrip(self._core.state_frame(), self._wait(timeout))
+        reply = self._link.roundtrip(self._core.state_frame(), self._wait(timeout))
         state: dict[str, Any] = ClientCore.expect(reply, StateReply).state
         return state
 
@@ -365,18 +367,12 @@ class VectorSessionClient(SocketSession, SessionFacts):
         check_bools(target)  # (the copy: the region's bytes may change under a view)
         return target
 
-    def __enter__(self) -> VectorSessionClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return (
-            f"VectorSessionClient(url={getattr(self, 'url', '?')!r}, "
+            f"VectorSessionClient(url={getattr(getattr(self, '_link', None), 'url', '?')!r}, "
             f"num_envs={getattr(self, 'num_envs', 0)}, batch_size={getattr(self, 'batch_size', 0)}, "
             f"autoreset_mode={getattr(self, 'autoreset_mode', None)!r}, "
-            f"closed={getattr(self, '_ws', None) is None or self.closed})"
+            f"closed={getattr(self, '_link', None) is None or self.closed})"
         )
 
 
