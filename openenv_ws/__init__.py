@@ -16,14 +16,14 @@ __all__ = ["PROTOCOL_VERSION", "VectorSessionClient", "__version__"]
 __all__ += errors.__all__
 
 if TYPE_CHECKING:
-    from .client.vsession import VectorSessionClient
+    from .client.vector_session import VectorSessionClient
 
 
 def __getattr__(name: str) -> Any:
     # The client is imported when first named: ``import openenv_ws`` (a server,
     # a worker) does not load the clients.
     if name == "VectorSessionClient":
-        from .client.vsession import VectorSessionClient
+        from .client.vector_session import VectorSessionClient
 
         return VectorSessionClient
     raise AttributeError(f"module 'openenv_ws' has no attribute {name!r}")

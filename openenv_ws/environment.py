@@ -16,6 +16,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+# The values of a vector session's ``autoreset_mode`` config key (SPEC section 21),
+# as environment plugins import them from here.
+from .autoreset import SESSION_AUTORESET_MODES as AUTORESET_MODES
 from .errors import InvalidState
 from .spaces import ArraySpec, DiscreteSpec, Space, space_from_wire
 
@@ -172,10 +175,6 @@ class Environment(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free the instance's resources. Called once, when the session ends."""
-
-
-#: The values of a vector session's ``autoreset_mode`` config key (SPEC section 21).
-AUTORESET_MODES = ("next_step", "same_step")
 
 
 #: Most bytes the observations of one batch of a vector session may take

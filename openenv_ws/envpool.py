@@ -45,6 +45,7 @@ import gymnasium
 import numpy as np
 
 from .client import VectorSessionClient
+from .client.options import BlockingOptions
 from .errors import EnvConfigError
 from .gym import BatchStep, RemoteVectorEnv
 
@@ -312,7 +313,9 @@ def make(
             f"env_type {env_type!r} is not offered; use env_type='gymnasium' (the "
             "(obs, reward, terminated, truncated, info) API)"
         )
-    client = set(inspect.signature(VectorSessionClient).parameters) - _NOT_CLIENT_KEYS
+    named = inspect.signature(VectorSessionClient).parameters.values()
+    client = {p.name for p in named if p.kind is not p.VAR_KEYWORD}
+    client = (client | BlockingOptions.__optional_keys__) - _NOT_CLIENT_KEYS
     options = {k: kwargs.pop(k) for k in list(kwargs) if k not in client}
     config = to_config(task_id, **options)  # an unknown option is named with EnvPool's
     provider = None

@@ -81,13 +81,6 @@ __all__ = [
     "space_from_spec",
 ]
 
-# VectorEnvClient's names of the autoreset modes (it also takes Gymnasium's).
-_AUTORESET_MODES = {
-    "next_step": AutoresetMode.NEXT_STEP,
-    "same_step": AutoresetMode.SAME_STEP,
-    "disabled": AutoresetMode.DISABLED,
-}
-
 _NOT_RGB = (
     "render_mode='rgb_array' needs RGB image observations or frames in the info (a Gymnasium "
     "session opened with config 'render': true); this session sends {}"
@@ -345,7 +338,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.batch_size: int = getattr(self.client, "batch_size", self.num_envs)
         spec = self.client.spec
         rgb = is_rgb(spec.observation)
-        mode = _AUTORESET_MODES[self.client.autoreset_mode]
+        mode = AutoresetMode[self.client.autoreset_mode.upper()]  # (the clients' names)
         self.metadata = {"render_modes": ["rgb_array"] if rgb else [], "autoreset_mode": mode}
         self.render_mode = render_mode
         if render_mode is not None and not rgb:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from ._core import DEFAULT, StepResult
 from .async_ import AsyncEnvClient
-from .http import HTTPEnvClient
+from .http_fallback import HTTPEnvClient
 from .sync import EnvClient
 from .vector import VectorEnvClient
-from .vsession import VectorSessionClient
+from .vector_session import VectorSessionClient
 
 __all__ = [
     "DEFAULT",

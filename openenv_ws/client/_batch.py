@@ -22,33 +22,11 @@ __all__ = [
     "env_id_list",
     "final_infos",
     "mask_infos",
-    "parse_autoreset_mode",
     "seeds_for",
     "stack_infos",
 ]
 
 Array = np.ndarray[Any, Any]
-# Gymnasium's spellings of the modes (``AutoresetMode`` values), in lower case.
-_SPELLINGS = {"nextstep": "next_step", "samestep": "same_step"}
-
-
-def parse_autoreset_mode(value: Any, allowed: Sequence[str]) -> str:
-    """`value` (a mode's name, or a ``gymnasium.vector.AutoresetMode``) as one of `allowed`.
-
-    Raises:
-        ValueError: naming the modes allowed.
-    """
-    mode = str(getattr(value, "value", value)).lower()
-    mode = _SPELLINGS.get(mode, mode)
-    if mode not in allowed:
-        names = [repr(m) for m in allowed]
-        listed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
-        raise ValueError(
-            f"autoreset_mode must be {listed} (or a gymnasium.vector.AutoresetMode), got {value!r}"
-        )
-    return mode
-
-
 #: ``(observations, rewards, terminations, truncations, infos)``; the observations
 #: are one array, or for structured spaces their stacked value (:mod:`._stack`).
 StepBatch = tuple[Any, Array, Array, Array, dict[str, Any]]

@@ -6,7 +6,7 @@ ids, decodes replies (the C reader for plain results, the Python codec for the
 rest, colour codes expanded, shared-memory arrays taken out of the region),
 recognises the reply to a request (discarding late replies to requests that
 timed out), turns error frames into exceptions and keeps what ``opened``
-said. The clients only move bytes (:mod:`openenv_ws.client._session` holds
+said. The clients only move bytes (:mod:`openenv_ws.client._ops` holds
 the ops' reply handling and the hooks).
 """
 
@@ -51,6 +51,7 @@ from ..protocol import (
     Reset,
     Restore,
     Result,
+    Send,
     ServerFrame,
     Snapshot,
     SnapshotData,
@@ -332,6 +333,11 @@ class ClientCore:
 
     def step_frame(self, action: Any, obs: bool) -> Step:
         return Step(id=self.next_id(), action=action, obs=obs)
+
+    def send_frame(self, actions: Any, env_ids: Any) -> Send:
+        """A vector session's ``send`` (SPEC section 21): `actions` for the envs
+        `env_ids` of the last batch (None: in its row order)."""
+        return Send(id=self.next_id(), action=actions, env_ids=env_ids, obs=True)
 
     def state_frame(self) -> GetState:
         return GetState(id=self.next_id())

@@ -62,7 +62,6 @@ class EnvSlot:
         "final",
         "guard",
         "index",
-        "needs_reset",
         "open_timeout",
         "pending",
         "request",
@@ -100,7 +99,6 @@ class EnvSlot:
         self.rid = 0
         self.pending = Pending.IDLE
         self.awaiting = False  # the reply to the request is still to come off the socket
-        self.needs_reset = False  # next-step mode: the episode ended, the next step resets
         self.final: Result | None = None  # same-step mode: the ending step, until the reset
 
     @property

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import ssl
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar, Unpack
 
 from ..errors import InvalidState, RequestTimeout, ServerUnavailable, SessionClosed
 from ..protocol import ClientFrame, ServerFrame, encode, encode_step
 from ._aws import AsyncWebSocket
-from ._core import DEFAULT, ClientCore, StepResult
+from ._core import DEFAULT, StepResult
+from ._ops import SessionOps
 from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run_async
-from ._session import SessionOps
-from ._tls import secure_transport
 from ._ws import normalize_url
+from .options import ClientOptions, SessionOptions
 
 __all__ = ["AsyncEnvClient"]
 
@@ -30,7 +28,8 @@ class AsyncEnvClient(SessionOps[ObsT]):
     as ``async with AsyncEnvClient(url, config=...) as env``. Requests from
     several tasks on one client are served one at a time, in order.
 
-    Args: as :class:`~openenv_ws.client.EnvClient` (without ``busy_poll``).
+    Args: as :class:`~openenv_ws.client.EnvClient`; its options are
+    :class:`~openenv_ws.client.options.SessionOptions` (no ``busy_poll``).
     This client answers heartbeat pings in the background, so it stays
     connected between calls however long they are apart.
     """
@@ -40,33 +39,17 @@ class AsyncEnvClient(SessionOps[ObsT]):
         url: str,
         *,
         config: Mapping[str, Any] | None = None,
-        token: str | None = None,
-        open_timeout: float | None = 30.0,
-        timeout: float | None = 60.0,
-        max_frame_size: int = 64 << 20,
-        resume: bool = True,
-        resume_timeout: float = 30.0,
-        shared_memory: bool = True,
-        indexed_frames: bool | None = None,
-        ca_file: str | os.PathLike[str] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        allow_insecure_token: bool = False,
-        compression: str | Sequence[str] | None = "auto",
-        delta: bool = True,
+        **options: Unpack[SessionOptions],
     ) -> None:
+        opts = ClientOptions.of(type(self).__name__, options, SessionOptions)
         self.url = normalize_url(url)
-        self._ssl = secure_transport([self.url], token, ca_file, ssl_context, allow_insecure_token)
-        self.timeout = timeout
-        self.open_timeout = open_timeout
-        self.resume_timeout = resume_timeout if resume else 0.0
-        self._core = ClientCore(
-            config or {},
-            token=token,
-            max_frame_size=max_frame_size,
-            indexed_frames=indexed_frames,
-        )
-        self._shared_memory = shared_memory
-        self._core.offer_compression(self.url, compression, delta)
+        self._ssl = opts.tls([self.url])
+        self.timeout = opts.timeout
+        self.open_timeout = opts.open_timeout
+        self.resume_timeout = opts.resume_seconds
+        self._core = opts.core(config)
+        self._shared_memory = opts.shared_memory
+        self._core.offer_compression(self.url, opts.compression, opts.delta)
         self._ws: AsyncWebSocket | None = None
         self._lock = asyncio.Lock()
         self._closed = False

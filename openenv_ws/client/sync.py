@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, Unpack
 
 from ..errors import InvalidState, SessionClosed
 from ..protocol import ClientFrame, ServerFrame, encode, encode_step
 from ._core import ClientCore
 from ._idle import CallGuard, keep_alive, read_last_words
+from ._ops import BlockingSession
 from ._resume import Adopt, Connect, Discard, Effect, Exchange, Send, Sleep, resume, run
-from ._session import BlockingSession
-from ._tls import secure_transport
 from ._ws import BlockingWebSocket, normalize_url
+from .options import BlockingOptions, ClientOptions
 
 __all__ = ["EnvClient", "SocketSession", "exchange", "perform", "reply_to"]
 
@@ -27,37 +25,20 @@ class SocketSession:
     """One session over one blocking WebSocket: connect and open, requests (a dropped
     connection resumed, the request in flight re-sent), heartbeats between calls, close.
 
-    The transport of :class:`EnvClient` and of
+    The :class:`~openenv_ws.client._ops.Link` of :class:`EnvClient` and of
     :class:`~openenv_ws.client.VectorSessionClient`; `core` says what ``open``
-    asks for, the arguments are :class:`EnvClient`'s of the same names.
+    asks for, `options` how to connect (:class:`~openenv_ws.client.options.ClientOptions`).
     """
 
-    def __init__(
-        self,
-        url: str,
-        core: ClientCore,
-        *,
-        token: str | None,
-        open_timeout: float | None,
-        timeout: float | None,
-        busy_poll: float,
-        resume_timeout: float,
-        shared_memory: bool,
-        compression: str | Sequence[str] | None,
-        delta: bool,
-        ca_file: str | os.PathLike[str] | None,
-        ssl_context: ssl.SSLContext | None,
-        allow_insecure_token: bool,
-    ) -> None:
+    def __init__(self, url: str, core: ClientCore, options: ClientOptions) -> None:
         self.url = normalize_url(url)
-        self._ssl = secure_transport([self.url], token, ca_file, ssl_context, allow_insecure_token)
-        self.timeout = timeout
-        self.open_timeout = open_timeout
-        self.busy_poll = busy_poll
-        self.resume_timeout = resume_timeout
+        self._ssl = options.tls([self.url])
+        self.open_timeout = open_timeout = options.open_timeout
+        self.busy_poll = options.busy_poll
+        self.resume_timeout = options.resume_seconds
         self._core = core
-        core.offer_shared_memory(self.url, shared_memory)
-        core.offer_compression(self.url, compression, delta)
+        core.offer_shared_memory(self.url, options.shared_memory)
+        core.offer_compression(self.url, options.compression, options.delta)
         self._ws: BlockingWebSocket | None = None
         self._closing = False
         # Held around each call; the heartbeat thread reads only when it is free.
@@ -65,7 +46,7 @@ class SocketSession:
         try:
             self._ws = self._connect(open_timeout)
             try:
-                core.opened(self._roundtrip(core.open_frame(), open_timeout))
+                core.opened(self.roundtrip(core.open_frame(), open_timeout))
             except BaseException:
                 self._ws.close()
                 raise
@@ -95,13 +76,18 @@ class SocketSession:
         self._core.handshake_answered(ws.response_headers, keep_descriptor=True)
         return ws
 
-    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
-        return self._send_request(encode(frame), frame.id, timeout)
+    def roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
+        """Send `frame`, return its reply (error frames raise)."""
+        return self.request(encode(frame), frame.id, timeout)
 
-    def _send_request(
+    def step(self, rid: int, action: Any, obs: bool, timeout: float | None) -> ServerFrame:
+        """Send the step ``rid``, return its reply (the hot path: no frame object)."""
+        return self.request(encode_step(rid, action, obs), rid, timeout)
+
+    def request(
         self, data: bytes, rid: int, timeout: float | None, *, sent: bool = False
     ) -> ServerFrame:
-        """Send `data`, request `rid` (unless it was `sent` already by :meth:`_post`),
+        """Send `data`, request `rid` (unless it was `sent` already by :meth:`post`),
         and return its reply; error frames raise."""
         guard = self._guard
         guard.lock.acquire()
@@ -111,8 +97,8 @@ class SocketSession:
         finally:
             guard.lock.release()
 
-    def _post(self, data: bytes) -> None:
-        """Send `data` without waiting for its reply (:meth:`_send_request` with
+    def post(self, data: bytes) -> None:
+        """Send `data` without waiting for its reply (:meth:`request` with
         ``sent=True`` takes it). A connection that dropped is resumed then."""
         guard = self._guard
         guard.lock.acquire()
@@ -127,7 +113,7 @@ class SocketSession:
             guard.lock.release()
 
     def _call(self, data: bytes, rid: int, timeout: float | None, sent: bool) -> ServerFrame:
-        """:meth:`_send_request` with the guard held."""
+        """:meth:`request` with the guard held."""
         ws = self._ws
         core = self._core
         if ws is None or self._closing:
@@ -181,7 +167,7 @@ class SocketSession:
             ws.close(timeout=0.5)
 
 
-class EnvClient(SocketSession, BlockingSession[ObsT]):
+class EnvClient(BlockingSession[ObsT]):
     """A session with a remote environment over one WebSocket (blocking).
 
     Example::
@@ -194,43 +180,13 @@ class EnvClient(SocketSession, BlockingSession[ObsT]):
         url: the server (``ws://host:port``, ``wss://`` for TLS, ``http(s)://host:port``
             or ``host:port``; the path defaults to ``/ws``).
         config: the environment configuration sent in ``open``.
-        token: bearer token, if the server requires one (default: the
-            ``OPENENV_WS_TOKEN`` environment variable).
-        open_timeout: seconds to connect and open the session (None: no limit).
-        timeout: default seconds to wait for each reply (None: no limit).
-        max_frame_size: largest reply accepted, in bytes; it also bounds the
-            observations of one reply as decoded (decompressed, or read from
-            the shared region), whatever the server's spec declares.
-        busy_poll: seconds to spin before sleeping while waiting for a reply
-            (0: never spin). Spinning costs client CPU and saves the kernel's
-            wake-up latency, which dominates step latency on some VMs.
-        resume: when the connection drops mid-session, reconnect and resume
-            the session transparently (the request in flight is re-sent and
-            is applied once); if that is impossible, :class:`SessionClosed`
-            says why.
-        resume_timeout: seconds to keep trying to resume.
-        shared_memory: when the server is on this host (a loopback URL), offer
-            it a shared memory region so that large observations skip the
-            socket (SPEC section 17); the server falls back to sending them
-            inline when it cannot use it. :attr:`shared_memory_used` tells.
-        indexed_frames: ask the server for RGB frames as palette indices, one
-            byte per pixel instead of three, which this client expands (SPEC
-            section 18); the observations are the same arrays. None (default):
-            when the C expander is built (``openenv_ws.palette.NATIVE``).
-        ca_file: for ``wss://``: a PEM bundle of the CA certificates to trust
-            instead of the system's (the server's certificate is always verified).
-        ssl_context: for ``wss://``: an :class:`ssl.SSLContext` used as it is
-            (not with `ca_file`).
-        allow_insecure_token: send the token over plain ``ws://`` to a host
-            other than this one (refused by default: anyone on the path reads it).
-        compression: compress observations sent over the network (SPEC
-            section 19): ``"auto"`` (default) offers every codec this install
-            has (zstd, lz4) when the server is not on a loopback address,
-            ``"zstd"`` or ``"lz4"`` offers that one, None sends them raw. The
-            server picks; :attr:`compression` tells what it chose.
-        delta: with compression, also accept frames sent as the difference
-            from the previous observation (a few hundred bytes for an Atari
-            screen); the arrays you get are the same.
+        **options: the connection's options (:class:`~openenv_ws.client.options.BlockingOptions`,
+            explained in :class:`~openenv_ws.client.options.ClientOptions`): ``token``,
+            ``open_timeout``, ``timeout``, ``max_frame_size``, ``busy_poll``,
+            ``resume``, ``resume_timeout``, ``shared_memory``, ``indexed_frames``,
+            ``ca_file``, ``ssl_context``, ``allow_insecure_token``, ``compression``,
+            ``delta``. :attr:`shared_memory_used`, :attr:`indexed_frames_used` and
+            :attr:`compression` tell what the server accepted.
 
     The server's heartbeat pings are answered during calls by the call itself
     and between calls by a background thread that reads the socket only while
@@ -254,52 +210,12 @@ class EnvClient(SocketSession, BlockingSession[ObsT]):
         url: str,
         *,
         config: Mapping[str, Any] | None = None,
-        token: str | None = None,
-        open_timeout: float | None = 30.0,
-        timeout: float | None = 60.0,
-        max_frame_size: int = 64 << 20,
-        busy_poll: float = 0.0,
-        resume: bool = True,
-        resume_timeout: float = 30.0,
-        shared_memory: bool = True,
-        indexed_frames: bool | None = None,
-        ca_file: str | os.PathLike[str] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        allow_insecure_token: bool = False,
-        compression: str | Sequence[str] | None = "auto",
-        delta: bool = True,
+        **options: Unpack[BlockingOptions],
     ) -> None:
-        core = ClientCore(
-            config or {},
-            token=token,
-            max_frame_size=max_frame_size,
-            indexed_frames=indexed_frames,
-        )
-        super().__init__(
-            url,
-            core,
-            token=token,
-            open_timeout=open_timeout,
-            timeout=timeout,
-            busy_poll=busy_poll,
-            resume_timeout=resume_timeout if resume else 0.0,
-            shared_memory=shared_memory,
-            compression=compression,
-            delta=delta,
-            ca_file=ca_file,
-            ssl_context=ssl_context,
-            allow_insecure_token=allow_insecure_token,
-        )
-
-    def _step_roundtrip(
-        self, rid: int, action: Any, obs: bool, timeout: float | None
-    ) -> ServerFrame:
-        return self._send_request(encode_step(rid, action, obs), rid, timeout)
-
-    def close(self) -> None:
-        """Close the session and free the server's environment. Idempotent."""
-        super().close()
-        self._stop_provider()
+        opts = ClientOptions.of(type(self).__name__, options)
+        self.timeout = opts.timeout
+        self._core = core = opts.core(config)
+        self._link: SocketSession = SocketSession(url, core, opts)
 
 
 def exchange(

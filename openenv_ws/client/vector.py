@@ -19,36 +19,32 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import selectors
-import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
+from ..autoreset import AUTORESET_MODES, Autoreset, parse_autoreset_mode
 from ..environment import EnvSpec
 from ..errors import EnvConfigError, InvalidState, RemoteEnvError, RequestTimeout, SessionClosed
-from ..protocol import Reset, Result, encode, encode_step
+from ..protocol import Result, encode, encode_step
 from ._batch import (
     Arrival,
     Batcher,
     StepBatch,
     action_splitter,
-    parse_autoreset_mode,
     seeds_for,
 )
-from ._core import DEFAULT, ClientCore, check_observation_bytes
+from ._core import DEFAULT, check_observation_bytes
 from ._idle import CallGuard, keep_alive
 from ._slot import EnvSlot, Pending
-from ._tls import secure_transport
 from ._ws import NOT_READY, normalize_url
+from .options import BlockingOptions, ClientOptions
 
 __all__ = ["AUTORESET_MODES", "VectorEnvClient"]
 
-#: Supported autoreset modes (the values of ``gymnasium.vector.AutoresetMode``).
-AUTORESET_MODES = ("next_step", "same_step", "disabled")
 #: Opens a client leaves unanswered at once while opening its sessions.
 OPENS_IN_FLIGHT = 32
 
@@ -77,30 +73,12 @@ class VectorEnvClient:
         autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"``.
         copy: return copies of the observation buffer (True, default) or the
             preallocated buffer itself, valid until the next call (False).
-        token: bearer token (default: ``OPENENV_WS_TOKEN``).
-        open_timeout: seconds to connect and open all sessions.
-        timeout: default seconds :meth:`recv` and :meth:`step` wait (None: no limit).
-        max_frame_size: largest reply accepted, in bytes; it also bounds the
-            observations of one reply as decoded (decompressed, or read from
-            the shared region), whatever the server's spec declares.
-        busy_poll: seconds to poll the sockets without sleeping before
-            waiting in the kernel (0: never spin). Spinning costs client CPU
-            and spares the server a wake-up per reply.
-        shared_memory: offer each server on this host (loopback URL) a shared
-            memory region, so that large observations skip the socket (see
-            :class:`~openenv_ws.client.EnvClient`).
-        resume: when an env's connection drops without the server ending its
-            session (reset, proxy restart, heartbeat timeout), reconnect, take
-            the session back and re-send its request in flight, as
-            :class:`~openenv_ws.client.EnvClient` does; the other envs wait
-            meanwhile. No step is lost or applied twice.
-        resume_timeout: seconds one env may take to resume before its
-            session is given up (its next result raises ``SessionClosed``).
-        indexed_frames: ask for RGB frames as palette indices, expanded by
-            this client (see :class:`~openenv_ws.client.EnvClient`).
-        ca_file, ssl_context, allow_insecure_token: as :class:`~openenv_ws.client.EnvClient`.
-        compression, delta: compressed observations, per env (see
-            :class:`~openenv_ws.client.EnvClient`).
+        **options: as :class:`~openenv_ws.client.EnvClient`'s, for each
+            session (``open_timeout``, 60 s by default, is for all of them;
+            ``timeout`` is what :meth:`recv` and :meth:`step` wait; ``resume``:
+            an env whose connection drops without the server ending its session
+            is resumed, its request in flight re-sent, while the other envs wait;
+            no step is lost or applied twice).
 
     Raises:
         ServerUnavailable: a server does not answer.
@@ -117,23 +95,11 @@ class VectorEnvClient:
         configs: Sequence[Mapping[str, Any]] | None = None,
         autoreset_mode: Any = "next_step",
         copy: bool = True,
-        token: str | None = None,
-        open_timeout: float | None = 60.0,
-        timeout: float | None = 60.0,
-        max_frame_size: int = 64 << 20,
-        busy_poll: float = 0.0,
-        shared_memory: bool = True,
-        resume: bool = True,
-        resume_timeout: float = 30.0,
-        indexed_frames: bool | None = None,
-        ca_file: str | os.PathLike[str] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        allow_insecure_token: bool = False,
-        compression: str | Sequence[str] | None = "auto",
-        delta: bool = True,
+        **options: Unpack[BlockingOptions],
     ) -> None:
         url_list = [normalize_url(u) for u in ([urls] if isinstance(urls, str) else urls)]
-        tls = secure_transport(url_list, token, ca_file, ssl_context, allow_insecure_token)
+        opts = ClientOptions.of(type(self).__name__, options, open_timeout=60.0)
+        tls = opts.tls(url_list)
         if not url_list:
             raise ValueError("urls is empty; pass at least one server URL")
         if configs is not None:
@@ -149,10 +115,11 @@ class VectorEnvClient:
         self.num_envs = n
         self.urls = [url_list[i % len(url_list)] for i in range(n)]
         self.autoreset_mode = mode
-        self.timeout = timeout
-        self.busy_poll = busy_poll
-        self.open_timeout = open_timeout
-        self.resume_timeout = resume_timeout if resume else 0.0
+        self._autoreset = Autoreset(mode, n)
+        self.timeout = opts.timeout
+        self.busy_poll = opts.busy_poll
+        self.open_timeout = open_timeout = opts.open_timeout
+        self.resume_timeout = opts.resume_seconds
         self.closed = False
         per_env = list(configs) if configs is not None else [config or {}] * n
         # Held around each call; the heartbeat thread answers pings only when it is free.
@@ -160,14 +127,9 @@ class VectorEnvClient:
         self._selector = selectors.DefaultSelector()
         self._slots: list[EnvSlot] = []
         for i, (url, env_config) in enumerate(zip(self.urls, per_env, strict=True)):
-            core = ClientCore(
-                env_config,
-                token=token,
-                max_frame_size=max_frame_size,
-                indexed_frames=indexed_frames,
-            )
-            core.offer_shared_memory(url, shared_memory)
-            core.offer_compression(url, compression, delta)
+            core = opts.core(env_config)
+            core.offer_shared_memory(url, opts.shared_memory)
+            core.offer_compression(url, opts.compression, opts.delta)
             self._slots.append(
                 EnvSlot(
                     i,
@@ -186,7 +148,7 @@ class VectorEnvClient:
         try:
             self._open_all(open_timeout)
             # Each env's reply is within the limit; the batch of all of them must be too.
-            check_observation_bytes(self.spec.observation, n, max_frame_size)
+            check_observation_bytes(self.spec.observation, n, opts.max_frame_size)
         except BaseException:
             self._abort()
             raise
@@ -377,8 +339,9 @@ class VectorEnvClient:
                     f"env {slot.index} already has a request in flight; recv() its result "
                     "before sending it another action"
                 )
+        step_is_reset = self._autoreset.step_is_reset
         for slot, action in zip(slots, acts, strict=True):
-            if slot.needs_reset:
+            if step_is_reset(slot.index):
                 self._send_reset(slot, None, {}, Pending.AUTORESET)
                 continue
             rid = slot.core.next_id()
@@ -434,8 +397,8 @@ class VectorEnvClient:
     def _send_reset(
         slot: EnvSlot, seed: int | None, options: dict[str, Any], kind: Pending
     ) -> None:
-        rid = slot.core.next_id()
-        slot.transmit(rid, encode(Reset(id=rid, seed=seed, options=options)), kind)
+        frame = slot.core.reset_frame(seed, None, options)
+        slot.transmit(frame.id, encode(frame), kind)
 
     def _gather(self, ids: list[int], timeout: float | None) -> list[Arrival]:
         """Wait until every env in ``ids`` has answered; return their results.
@@ -516,12 +479,6 @@ class VectorEnvClient:
 
     def _arrive(self, slot: EnvSlot, frame: Result) -> None:
         kind = slot.pending
-        done = frame.done
-        if kind is Pending.STEP and done and self.autoreset_mode == "same_step":
-            # Keep the final step; its row is completed by the reset's observation.
-            slot.final = frame
-            self._send_reset(slot, None, {}, Pending.FINAL_RESET)
-            return
         if kind is Pending.FINAL_RESET:
             step, slot.final = slot.final, None
             assert step is not None
@@ -530,7 +487,11 @@ class VectorEnvClient:
             )
             self._inbox.append((slot.index, merged, (step.obs, step.info)))
             return
-        slot.needs_reset = done and self.autoreset_mode == "next_step"
+        if self._autoreset.ended(slot.index, frame.done) and kind is Pending.STEP:
+            # Keep the final step; its row is completed by the reset's observation.
+            slot.final = frame
+            self._send_reset(slot, None, {}, Pending.FINAL_RESET)
+            return
         if kind is Pending.AUTORESET:
             frame = Result(frame.id, frame.obs, 0.0, False, False, False, frame.info)
         self._inbox.append((slot.index, frame, None))

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ..autoreset import SESSION_AUTORESET_MODES, Autoreset
 from ..environment import (
-    AUTORESET_MODES,
     ArraySpec,
     BatchResult,
     EnvFactory,
@@ -67,7 +67,7 @@ class SerialVectorEnvironment(VectorEnvironment):
     ) -> None:
         config = dict(config)
         mode = config.pop("autoreset_mode", "next_step")
-        if mode not in AUTORESET_MODES:
+        if mode not in SESSION_AUTORESET_MODES:
             raise EnvConfigError(
                 f"autoreset_mode must be 'next_step' or 'same_step', got {mode!r}"[:200]
             )
@@ -101,7 +101,7 @@ class SerialVectorEnvironment(VectorEnvironment):
         except BaseException:
             self.close()
             raise
-        self._ended = [False] * num_envs
+        self._autoreset = Autoreset(mode, num_envs)
         self._last: list[EnvResult] = []
         self._ids = np.arange(num_envs, dtype=np.int32)
         self._next: BatchResult | None = None
@@ -117,7 +117,7 @@ class SerialVectorEnvironment(VectorEnvironment):
         results = list(self._last) or [EnvResult(None)] * self.num_envs
         for i in ids:
             results[i] = self.envs[i].reset(seed=None if seed is None else seed + i)
-            self._ended[i] = False
+            self._autoreset.ended(i, False)
         self._last = results
         zeros = np.zeros(self.num_envs)
         return self._rows(results, zeros, {})
@@ -128,21 +128,18 @@ class SerialVectorEnvironment(VectorEnvironment):
         final: dict[int, EnvResult] = {}
         for i, action in zip(env_ids.tolist(), actions.tolist(), strict=True):
             env = self.envs[i]
-            if self._ended[i]:  # next_step: the step after the end resets
+            if self._autoreset.step_is_reset(i):  # next_step: the step after the end
                 results[i] = env.reset()
-                self._ended[i] = False
+                self._autoreset.ended(i, False)
                 continue
             result = env.step(action)
             rewards[i] = result.reward
-            if result.done:
-                if self.autoreset_mode == "same_step":  # the row shows the new episode
-                    final[i] = result
-                    fresh = env.reset()
-                    result = EnvResult(
-                        fresh.obs, result.reward, result.terminated, result.truncated, fresh.info
-                    )
-                else:
-                    self._ended[i] = True
+            if self._autoreset.ended(i, result.done):  # same_step: the row shows the new episode
+                final[i] = result
+                fresh = env.reset()
+                result = EnvResult(
+                    fresh.obs, result.reward, result.terminated, result.truncated, fresh.info
+                )
             results[i] = result
         self._last = results
         self._next = self._rows(results, rewards, final)

@@ -35,7 +35,7 @@ from openenv_ws._shm import (
 )
 from openenv_ws.client import AsyncEnvClient, EnvClient, VectorEnvClient
 from openenv_ws.client._core import ClientCore
-from openenv_ws.client.vsession import VectorSessionClient
+from openenv_ws.client.vector_session import VectorSessionClient
 from openenv_ws.errors import ProtocolError
 from openenv_ws.protocol import Batch, Opened, encode
 from openenv_ws.wire.compress import CODECS, CompressedArray

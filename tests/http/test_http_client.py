@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from openenv_ws.client import EnvClient, HTTPEnvClient
-from openenv_ws.client.http import http_base
+from openenv_ws.client.http_fallback import http_base
 from openenv_ws.errors import (
     InvalidState,
     OpenEnvError,
@@ -111,7 +111,7 @@ def test_close_is_idempotent_and_frees_the_session(server: ServerThread) -> None
 def test_kept_alive_connections_closed_by_the_server_are_reopened(server: ServerThread) -> None:
     with HTTPEnvClient(server.http_url) as env:
         env.reset()
-        sock = env._conn._sock
+        sock = env._link._conn._sock
         # Wait until the server has closed the idle connection (its keep-alive is short).
         deadline = time.monotonic() + 20 * UNIT
         while not select.select([sock], [], [], 0.05 * UNIT)[0]:

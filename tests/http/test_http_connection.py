@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from openenv_ws.client._http import HTTPConnection
+from openenv_ws.client._http_conn import HTTPConnection
 from openenv_ws.errors import PayloadTooBig, ProtocolError, RequestTimeout, ServerUnavailable
 from openenv_ws.server import bind_socket
 from tests.conftest import UNIT

@@ -158,7 +158,7 @@ def test_a_sync_client_dropped_by_the_heartbeat_resumes_transparently() -> None:
         with EnvClient(server.url) as env:
             env.reset(seed=3)
             env.step(1)
-            with env._guard.lock:
+            with env._link._guard.lock:
                 wait_until(lambda: supervisor.store.parked == 1, 10 * UNIT, what="dropped")
             assert env.step(2).info == {"step": 2}
             assert supervisor.metrics.counters["sessions_resumed"] == 1

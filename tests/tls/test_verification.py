@@ -123,9 +123,9 @@ def test_resume_does_not_retry_a_certificate_failure(
         connections.clear()
         # The connection drops; the client's trust changes before it resumes, so the
         # server's certificate is refused on the way back.
-        env._ssl = ssl.create_default_context()
-        assert env._ws is not None
-        env._ws._sock.shutdown(socket.SHUT_RDWR)
+        env._link._ssl = ssl.create_default_context()
+        assert env._link._ws is not None
+        env._link._ws._sock.shutdown(socket.SHUT_RDWR)
         with pytest.raises(SessionClosed) as info:
             env.step(0)
         assert "could not be resumed" in str(info.value)

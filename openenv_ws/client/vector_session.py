@@ -25,30 +25,29 @@ Gymnasium's ``SyncVectorEnv`` gives them).
 
 from __future__ import annotations
 
-import os
-import ssl
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
 from .._arrays import check_bools
-from ..environment import AUTORESET_MODES, ArraySpec
+from ..autoreset import SESSION_AUTORESET_MODES as VECTOR_AUTORESET_MODES
+from ..autoreset import parse_autoreset_mode
+from ..environment import ArraySpec
 from ..errors import EnvConfigError, InvalidState, ProtocolError
-from ..protocol import Batch, Reset, Send, ServerFrame, StateReply, Step, encode
-from ._batch import StepBatch, action_array, env_id_list, final_infos, parse_autoreset_mode
+from ..protocol import Batch, ServerFrame, StateReply, encode
+from ._batch import StepBatch, action_array, env_id_list, final_infos
 from ._core import DEFAULT, ClientCore
-from ._session import SessionFacts
+from ._ops import Linked
+from .options import BlockingOptions, ClientOptions
 from .sync import SocketSession
 
 __all__ = ["VECTOR_AUTORESET_MODES", "VectorSessionClient"]
 
 Array = np.ndarray[Any, Any]
-#: The autoreset modes of a vector session (values of ``gymnasium.vector.AutoresetMode``).
-VECTOR_AUTORESET_MODES = AUTORESET_MODES
 
 
-class VectorSessionClient(SocketSession, SessionFacts):
+class VectorSessionClient(Linked):
     """``num_envs`` environments in one session on one WebSocket, stepped as a batch.
 
     Example::
@@ -76,10 +75,10 @@ class VectorSessionClient(SocketSession, SessionFacts):
             ``gymnasium.vector.AutoresetMode``).
         copy: return new observation arrays (True, default) or the client's
             preallocated buffer, overwritten by the next call (False).
-        token, open_timeout, timeout, max_frame_size, busy_poll, shared_memory,
-        compression, delta, ca_file, ssl_context, allow_insecure_token: as
-            :class:`~openenv_ws.client.EnvClient`'s (``delta`` is off by
-            default: consecutive batches of different envs differ).
+        **options: as :class:`~openenv_ws.client.EnvClient`'s (``open_timeout``
+            is 60 s and ``delta`` off by default: consecutive batches of
+            different envs differ; ``indexed_frames`` is not for vector sessions,
+            whose frames come in full colour).
 
     Raises:
         ValueError: a bad `num_envs`, `batch_size` or `autoreset_mode`, or TLS
@@ -99,17 +98,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
         batch_size: int | None = None,
         autoreset_mode: Any = "next_step",
         copy: bool = True,
-        token: str | None = None,
-        open_timeout: float | None = 60.0,
-        timeout: float | None = 60.0,
-        max_frame_size: int = 64 << 20,
-        busy_poll: float = 0.0,
-        shared_memory: bool = True,
-        compression: str | Sequence[str] | None = "auto",
-        delta: bool = False,
-        ca_file: str | os.PathLike[str] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        allow_insecure_token: bool = False,
+        **options: Unpack[BlockingOptions],
     ) -> None:
         if type(num_envs) is not int or num_envs < 1:
             raise ValueError(f"num_envs must be an integer of at least 1, got {num_envs!r}")
@@ -121,33 +110,22 @@ class VectorSessionClient(SocketSession, SessionFacts):
         self.batch_size = size
         self.autoreset_mode = mode
         self.copy = copy
-        core = ClientCore(
-            {**(config or {}), "autoreset_mode": mode},
-            token=token,
-            max_frame_size=max_frame_size,
-            indexed_frames=False,
-        )
+        opts = ClientOptions.of(type(self).__name__, options, open_timeout=60.0, delta=False)
+        if opts.indexed_frames:
+            raise ValueError(
+                "indexed_frames is not for vector sessions (their frames come in full "
+                "colour); leave it out"
+            )
+        core = opts.core({**(config or {}), "autoreset_mode": mode}, indexed_frames=False)
         core.num_envs = num_envs
         core.batch_size = batch_size
         # The request sent by send() whose batch recv() has not returned: (bytes, id).
         self._pending: tuple[bytes, int] | None = None
         # The env ids of the last batch returned: send()'s actions go to them.
         self._last_ids: Array | None = None
-        super().__init__(
-            url,
-            core,
-            token=token,
-            open_timeout=open_timeout,
-            timeout=timeout,
-            busy_poll=busy_poll,
-            resume_timeout=30.0,
-            shared_memory=shared_memory,
-            compression=compression,
-            delta=delta,
-            ca_file=ca_file,
-            ssl_context=ssl_context,
-            allow_insecure_token=allow_insecure_token,
-        )
+        self.timeout = opts.timeout
+        self._core = core
+        self._link: SocketSession = SocketSession(url, core, opts)
         try:
             self._check_opened()
         except BaseException:
@@ -228,8 +206,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
                     "an asynchronous session resets all its envs"
                 )
             opts["env_ids"] = env_id_list(env_ids, self.num_envs)
-        frame = Reset(self._core.next_id(), seed, None, opts)
-        reply = self._send_request(encode(frame), frame.id, self._wait(timeout))
+        reply = self._link.roundtrip(self._core.reset_frame(seed, None, opts), self._wait(timeout))
         obs, _, _, _, infos = self._take(reply, by_env=not self.asynchronous)
         return obs, infos
 
@@ -255,8 +232,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
             )
         self._idle("step")
         arr = action_array(actions, self.num_envs)
-        rid = self._core.next_id()
-        reply = self._send_request(encode(Step(rid, arr, True)), rid, self._wait(timeout))
+        reply = self._link.roundtrip(self._core.step_frame(arr, True), self._wait(timeout))
         return self._take(reply, by_env=True)
 
     def send(
@@ -289,10 +265,10 @@ class VectorSessionClient(SocketSession, SessionFacts):
                     f"env_ids must be the envs of the last batch {sorted(last.tolist())} "
                     f"in any order, got {ids.tolist()}"
                 )
-        rid = self._core.next_id()
-        data = encode(Send(rid, arr, ids, True))
-        self._post(data)
-        self._pending = (data, rid)
+        frame = self._core.send_frame(arr, ids)
+        data = encode(frame)
+        self._link.post(data)
+        self._pending = (data, frame.id)
 
     def recv(self, *, timeout: float | None = DEFAULT) -> StepBatch:
         """The batch answering the last :meth:`send`: ``batch_size`` rows, in the
@@ -310,7 +286,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
             raise InvalidState("recv() without a pending send(); send() actions first")
         data, rid = pending
         try:
-            reply = self._send_request(data, rid, self._wait(timeout), sent=True)
+            reply = self._link.request(data, rid, self._wait(timeout), sent=True)
         except Exception as exc:
             if not isinstance(exc, TimeoutError):  # a late batch is taken by the next recv()
                 self._pending = None
@@ -321,7 +297,7 @@ class VectorSessionClient(SocketSession, SessionFacts):
     def state(self, *, timeout: float | None = DEFAULT) -> dict[str, Any]:
         """The session's state (``num_envs``, ``batch_size``, step counts, config)."""
         self._idle("state")
-        reply = self._roundtrip(self._core.state_frame(), self._wait(timeout))
+        reply = self._link.roundtrip(self._core.state_frame(), self._wait(timeout))
         state: dict[str, Any] = ClientCore.expect(reply, StateReply).state
         return state
 
@@ -391,18 +367,12 @@ class VectorSessionClient(SocketSession, SessionFacts):
         check_bools(target)  # (the copy: the region's bytes may change under a view)
         return target
 
-    def __enter__(self) -> VectorSessionClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return (
-            f"VectorSessionClient(url={getattr(self, 'url', '?')!r}, "
+            f"VectorSessionClient(url={getattr(getattr(self, '_link', None), 'url', '?')!r}, "
             f"num_envs={getattr(self, 'num_envs', 0)}, batch_size={getattr(self, 'batch_size', 0)}, "
             f"autoreset_mode={getattr(self, 'autoreset_mode', None)!r}, "
-            f"closed={getattr(self, '_ws', None) is None or self.closed})"
+            f"closed={getattr(self, '_link', None) is None or self.closed})"
         )
 
 

@@ -4,17 +4,16 @@
 of the open session, the hooks typed clients override
 (``_action_to_wire``, ``_result_from_wire``, ``_state_from_wire``) and the
 reading of each op's reply. :class:`BlockingSession` adds the five blocking
-ops (``reset``, ``step``, ``state``, ``snapshot``, ``restore``) on top of two
-transport methods, ``_roundtrip`` and ``_step_roundtrip``; the WebSocket
-client and the HTTP fallback are those two methods and their connection
-handling. The asyncio client states the same ops as coroutines over the same
-pieces.
+ops (``reset``, ``step``, ``state``, ``snapshot``, ``restore``) over the
+:class:`Link` it holds: a WebSocket (:class:`~openenv_ws.client.sync.SocketSession`)
+or the HTTP fallback (:class:`~openenv_ws.client.http_fallback.HTTPLink`).
+The asyncio client states the same ops as coroutines over the same pieces.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 from ..environment import EnvSpec
 from ..protocol import ClientFrame, Result, ServerFrame, SnapshotData, StateReply
@@ -23,7 +22,7 @@ from ._core import DEFAULT, ClientCore, StepResult, action_value
 if TYPE_CHECKING:
     from ..providers import ServerProvider
 
-__all__ = ["BlockingSession", "SessionFacts", "SessionOps", "on_local_server"]
+__all__ = ["BlockingSession", "Link", "Linked", "SessionFacts", "SessionOps", "on_local_server"]
 
 ObsT = TypeVar("ObsT")
 C = TypeVar("C")
@@ -109,17 +108,49 @@ class SessionOps(SessionFacts, Generic[ObsT]):
         return snap
 
 
-class BlockingSession(SessionOps[ObsT]):
-    """The five ops of a blocking client; a transport supplies the round trips."""
+class Link(Protocol):
+    """The blocking transport of one open session, as a client holds it."""
 
-    #: The local server this client started (:meth:`from_local`), stopped on close.
-    _provider: ServerProvider | None = None
+    url: str
+
+    @property
+    def closed(self) -> bool:
+        """True once the session is closed (by either side)."""
+        ...
+
+    def roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
+        """Send `frame`, return its reply (error frames raise)."""
+        ...
+
+    def step(self, rid: int, action: Any, obs: bool, timeout: float | None) -> ServerFrame:
+        """Send the step ``rid``, return its reply (the hot path: no frame object)."""
+        ...
 
     def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
-        raise NotImplementedError
+        ...
 
-    def _stop_provider(self) -> None:
+
+class Linked(SessionFacts):
+    """A client over a blocking :class:`Link`: its URL, its state, closing."""
+
+    _link: Link
+    #: The local server this client started (:meth:`from_local`), stopped on close.
+    _provider: ServerProvider | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's URL this session lives on."""
+        return self._link.url
+
+    @property
+    def closed(self) -> bool:
+        """True once the session is closed (by either side)."""
+        return self._link.closed
+
+    def close(self) -> None:
+        """Close the session and free the server's environment. Idempotent."""
+        self._link.close()
         provider, self._provider = self._provider, None
         if provider is not None:
             provider.stop()
@@ -130,6 +161,10 @@ class BlockingSession(SessionOps[ObsT]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+class BlockingSession(SessionOps[ObsT], Linked):
+    """The five ops of a blocking client, over its :class:`Link`."""
+
     @classmethod
     def from_local(cls, *, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Self:
         """Start a local server subprocess and open a session on it.
@@ -137,16 +172,6 @@ class BlockingSession(SessionOps[ObsT]):
         The server stops when this client is closed.
         """
         return on_local_server(lambda url: cls(url, config=config, **kwargs))  # type: ignore[call-arg]
-
-    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
-        """Send `frame`, return its reply (error frames raise)."""
-        raise NotImplementedError
-
-    def _step_roundtrip(
-        self, rid: int, action: Any, obs: bool, timeout: float | None
-    ) -> ServerFrame:
-        """Send the step ``rid``, return its reply (the hot path: no frame object)."""
-        raise NotImplementedError
 
     def reset(
         self,
@@ -158,13 +183,13 @@ class BlockingSession(SessionOps[ObsT]):
     ) -> StepResult[ObsT]:
         """Start a new episode (deterministic for a given seed)."""
         frame = self._core.reset_frame(seed, episode_id, options)
-        return self._result(self._roundtrip(frame, self._wait(timeout)))
+        return self._result(self._link.roundtrip(frame, self._wait(timeout)))
 
     def step(
         self, action: Any, *, obs: bool = True, timeout: float | None = DEFAULT
     ) -> StepResult[ObsT]:
         """Advance one step; with ``obs=False`` the observation is left out (None)."""
-        reply = self._step_roundtrip(
+        reply = self._link.step(
             self._core.next_id(),
             self._action_to_wire(action),
             obs,
@@ -176,16 +201,18 @@ class BlockingSession(SessionOps[ObsT]):
 
     def state(self, *, timeout: float | None = DEFAULT) -> Any:
         """The episode state (episode_id, step_count and environment details)."""
-        return self._state(self._roundtrip(self._core.state_frame(), self._wait(timeout)))
+        return self._state(self._link.roundtrip(self._core.state_frame(), self._wait(timeout)))
 
     def snapshot(self, *, timeout: float | None = DEFAULT) -> bytes:
         """An opaque snapshot of the running episode, for :meth:`restore`."""
-        return self._snapshot(self._roundtrip(self._core.snapshot_frame(), self._wait(timeout)))
+        return self._snapshot(
+            self._link.roundtrip(self._core.snapshot_frame(), self._wait(timeout))
+        )
 
     def restore(self, snapshot: bytes, *, timeout: float | None = DEFAULT) -> StepResult[ObsT]:
         """Continue the episode from `snapshot`; returns the observation there."""
         frame = self._core.restore_frame(snapshot)
-        return self._result(self._roundtrip(frame, self._wait(timeout)))
+        return self._result(self._link.roundtrip(frame, self._wait(timeout)))
 
 
 def on_local_server(open_client: Callable[[str], C]) -> C:

@@ -1,7 +1,7 @@
 """The HTTP fallback client: the :class:`~openenv_ws.client.EnvClient` API over plain HTTP.
 
 For networks where WebSockets do not pass. Each call is one HTTP request on
-a kept-alive connection (:mod:`openenv_ws.client._http`) to the server's
+a kept-alive connection (:mod:`openenv_ws.client._http_conn`) to the server's
 ``/v1/sessions`` routes; bodies are protocol v1 frames in
 MessagePack (default) or their JSON view.
 
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import ssl
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, Unpack
 from urllib.parse import urlsplit
 
 from ..errors import InvalidState, ProtocolError, ServerUnavailable
@@ -32,14 +30,14 @@ from ..openenv_dialect import (
     result_payload,
     state_payload,
 )
-from ..protocol import ClientFrame, Result, ServerFrame, Step, encode
+from ..protocol import ClientFrame, Opened, Result, ServerFrame, Step, encode
 from ._core import ClientCore, StepResult
-from ._http import HTTPConnection
-from ._session import BlockingSession
-from ._tls import secure_transport
+from ._http_conn import HTTPConnection
+from ._ops import BlockingSession
 from ._ws import normalize_url
+from .options import ClientOptions, TransportOptions
 
-__all__ = ["HTTPEnvClient"]
+__all__ = ["HTTPEnvClient", "HTTPLink", "http_base"]
 
 ObsT = TypeVar("ObsT")
 
@@ -84,14 +82,13 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             ``host:port``). ``base_url`` is accepted as another name for it,
             as OpenEnv's clients call it.
         config: the environment configuration sent in ``open``.
-        token: bearer token, if the server requires one (default: the
-            ``OPENENV_WS_TOKEN`` environment variable); sent as
-            ``Authorization: Bearer`` with every request.
-        open_timeout: seconds to connect and open the session (None: no limit).
-        timeout: default seconds to wait for each reply (None: no limit).
-        max_frame_size: largest reply accepted, in bytes; it also bounds the
-            observations of one reply as decoded (decompressed, or read from
-            the shared region), whatever the server's spec declares.
+        **options: :class:`~openenv_ws.client.options.TransportOptions`, as
+            :class:`~openenv_ws.client.EnvClient` has them: ``token`` (sent as
+            ``Authorization: Bearer`` with every request), ``open_timeout``,
+            ``timeout``, ``max_frame_size``, ``ca_file``, ``ssl_context`` and
+            ``allow_insecure_token`` (TLS for ``https://`` and the token rule),
+            ``compression`` (with the msgpack encoding, never as deltas: a lost
+            reply would leave the two sides out of step).
         encoding: ``"msgpack"`` (the protocol frames themselves) or ``"json"``
             (their JSON view, for debugging and for proxies that only pass
             text).
@@ -99,11 +96,6 @@ class HTTPEnvClient(BlockingSession[ObsT]):
             connection fails before its reply arrives (0: never). The server
             answers a repeated request from its last reply, so a step whose
             reply was lost is applied once.
-        ca_file, ssl_context, allow_insecure_token: TLS for ``https://`` and
-            the token rule, as :class:`~openenv_ws.client.EnvClient` has them.
-        compression: compressed observations with the msgpack encoding, as
-            :class:`~openenv_ws.client.EnvClient` has them but never as deltas
-            (a lost reply would leave the two sides out of step).
 
     Subclasses in OpenEnv's style define ``_step_payload``, ``_parse_result``
     and ``_parse_state`` (see the module docstring).
@@ -124,16 +116,9 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         *,
         base_url: str | None = None,
         config: Mapping[str, Any] | None = None,
-        token: str | None = None,
-        open_timeout: float | None = 30.0,
-        timeout: float | None = 60.0,
-        max_frame_size: int = 64 << 20,
         encoding: Literal["msgpack", "json"] = "msgpack",
         retry_timeout: float = 30.0,
-        ca_file: str | os.PathLike[str] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        allow_insecure_token: bool = False,
-        compression: str | Sequence[str] | None = "auto",
+        **options: Unpack[TransportOptions],
     ) -> None:
         if (url is None) == (base_url is None):
             raise TypeError("pass the server's URL once, as url or as base_url")
@@ -141,45 +126,104 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         assert address is not None
         if encoding not in ("msgpack", "json"):
             raise ValueError(f"encoding must be 'msgpack' or 'json', got {encoding!r}")
-        scheme, host, port, prefix = http_base(address)
-        server = normalize_url(address, path="").replace("ws", "http", 1)
-        tls = secure_transport([server], token, ca_file, ssl_context, allow_insecure_token)
-        self.url = f"{scheme}://{host}:{port}{prefix}"
-        self.timeout = timeout
-        self.encoding = encoding
-        self.retry_timeout = retry_timeout
+        opts = ClientOptions.of(type(self).__name__, options, TransportOptions)
+        self.timeout = opts.timeout
         # Full-colour frames: the fallback keeps to the plainest form of the protocol.
-        self._core = ClientCore(
-            config or {}, token=token, max_frame_size=max_frame_size, indexed_frames=False
-        )
-        # A reply lost on the way is retried here unnoticed by the server: no delta frames.
-        self._core.offer_compression(
-            self.url, compression if encoding == "msgpack" else None, False
-        )
-        media = _MSGPACK if encoding == "msgpack" else _JSON
-        headers = {"Content-Type": media, "Accept": media, **self._core.headers()}
-        self._conn = HTTPConnection(scheme, host, port, headers, tls)
-        self._prefix = prefix
-        self._path: str | None = None
-        self._closed = False
-        self._legal: list[int] = []
-        # Whether actions and observations are OpenEnv models (json spaces).
-        self._model_action = self._model_obs = False
+        self._core = opts.core(config, indexed_frames=False)
+        self._link: HTTPLink = HTTPLink(address, self._core, opts, encoding, retry_timeout)
         # OpenEnv-style hooks, looked up once.
         self._step_payload_hook = getattr(self, "_step_payload", None)
         self._parse_result_hook = getattr(self, "_parse_result", None)
         self._parse_state_hook = getattr(self, "_parse_state", None)
+        opened = self._link.open(opts.open_timeout)
+        self._legal = legal_actions(opened.spec)
+        # Whether actions and observations are OpenEnv models (json spaces).
+        self._model_action = model_space(opened.spec, "action")
+        self._model_obs = model_space(opened.spec, "observation")
+
+    @property
+    def encoding(self) -> str:
+        """How frames travel: ``"msgpack"`` or ``"json"``."""
+        return self._link.encoding
+
+    @property
+    def retry_timeout(self) -> float:
+        """Seconds a session's request is re-sent while the connection fails."""
+        return self._link.retry_timeout
+
+    # ------------------------------------------------------------------ hooks
+
+    def _action_to_wire(self, action: Any) -> Any:
+        """Turn a user action into the wire ``action`` value."""
+        if self._step_payload_hook is not None:
+            payload = self._step_payload_hook(action)
+            return action_from_openenv(payload, model=self._model_action)
+        return super()._action_to_wire(action)
+
+    def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
+        """Turn a ``result`` frame into the client's result type."""
+        if self._parse_result_hook is not None:
+            payload = result_payload(frame, self._legal, model=self._model_obs)
+            parsed: StepResult[ObsT] = self._parse_result_hook(payload)
+            return parsed
+        return super()._result_from_wire(frame)
+
+    def _state_from_wire(self, state: dict[str, Any]) -> Any:
+        """Turn a ``state`` map into the client's state type."""
+        if self._parse_state_hook is not None:
+            return self._parse_state_hook(state_payload(state))
+        return super()._state_from_wire(state)
+
+
+class HTTPLink:
+    """One session's requests over a kept-alive HTTP connection to the fallback's
+    routes: the :class:`~openenv_ws.client._ops.Link` of :class:`HTTPEnvClient`.
+
+    Args:
+        address: the server, as :class:`HTTPEnvClient` takes it.
+        core: the session's protocol state.
+        options: the client's options (TLS, token, compression).
+        encoding, retry_timeout: :class:`HTTPEnvClient`'s.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        core: ClientCore,
+        options: ClientOptions,
+        encoding: Literal["msgpack", "json"],
+        retry_timeout: float,
+    ) -> None:
+        scheme, host, port, prefix = http_base(address)
+        server = normalize_url(address, path="").replace("ws", "http", 1)
+        tls = options.tls([server])
+        self.url = f"{scheme}://{host}:{port}{prefix}"
+        self.encoding = encoding
+        self.retry_timeout = retry_timeout
+        self._core = core
+        # A reply lost on the way is retried here unnoticed by the server: no delta frames.
+        core.offer_compression(
+            self.url, options.compression if encoding == "msgpack" else None, False
+        )
+        media = _MSGPACK if encoding == "msgpack" else _JSON
+        headers = {"Content-Type": media, "Accept": media, **core.headers()}
+        self._conn = HTTPConnection(scheme, host, port, headers, tls)
+        self._prefix = prefix
+        self._path: str | None = None
+        self._closed = False
+
+    def open(self, timeout: float | None) -> Opened:
+        """Open the session (``POST /v1/sessions``); its ``opened``, taken by the core."""
         try:
+            frame = self._core.open_frame()
             opened = self._core.opened(
-                self._exchange("POST", prefix + _SESSIONS, self._core.open_frame(), open_timeout)
+                self._exchange("POST", self._prefix + _SESSIONS, frame, timeout)
             )
         except BaseException:
             self._conn.close()
             raise
-        self._path = f"{prefix}{_SESSIONS}/{opened.session_id}"
-        self._legal = legal_actions(opened.spec)
-        self._model_action = model_space(opened.spec, "action")
-        self._model_obs = model_space(opened.spec, "observation")
+        self._path = f"{self._prefix}{_SESSIONS}/{opened.session_id}"
+        return opened
 
     # ------------------------------------------------------------------ properties
 
@@ -232,7 +276,8 @@ class HTTPEnvClient(BlockingSession[ObsT]):
                 time.sleep(pause)
                 pause = min(2 * pause, 1.0)
 
-    def _roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
+    def roundtrip(self, frame: ClientFrame, timeout: float | None) -> ServerFrame:
+        """Send `frame` to its route, return its reply (error frames raise)."""
         if self._closed or self._path is None:
             raise self._core.closed_error or InvalidState(
                 "the client is closed; create a new one to open another session", code="closed"
@@ -243,10 +288,9 @@ class HTTPEnvClient(BlockingSession[ObsT]):
         body = frame if method != "GET" else None
         return self._exchange(method, self._path + route, body, timeout)
 
-    def _step_roundtrip(
-        self, rid: int, action: Any, obs: bool, timeout: float | None
-    ) -> ServerFrame:
-        return self._roundtrip(Step(id=rid, action=action, obs=obs), timeout)
+    def step(self, rid: int, action: Any, obs: bool, timeout: float | None) -> ServerFrame:
+        """Send the step ``rid``, return its reply."""
+        return self.roundtrip(Step(id=rid, action=action, obs=obs), timeout)
 
     def close(self) -> None:
         """Close the session and free the server's environment. Idempotent."""
@@ -258,27 +302,3 @@ class HTTPEnvClient(BlockingSession[ObsT]):
                 with contextlib.suppress(Exception):
                     self._exchange("DELETE", self._path, self._core.close_frame(), 5.0)
             self._conn.close()
-        self._stop_provider()
-
-    # ------------------------------------------------------------------ hooks
-
-    def _action_to_wire(self, action: Any) -> Any:
-        """Turn a user action into the wire ``action`` value."""
-        if self._step_payload_hook is not None:
-            payload = self._step_payload_hook(action)
-            return action_from_openenv(payload, model=self._model_action)
-        return super()._action_to_wire(action)
-
-    def _result_from_wire(self, frame: Result) -> StepResult[ObsT]:
-        """Turn a ``result`` frame into the client's result type."""
-        if self._parse_result_hook is not None:
-            payload = result_payload(frame, self._legal, model=self._model_obs)
-            parsed: StepResult[ObsT] = self._parse_result_hook(payload)
-            return parsed
-        return super()._result_from_wire(frame)
-
-    def _state_from_wire(self, state: dict[str, Any]) -> Any:
-        """Turn a ``state`` map into the client's state type."""
-        if self._parse_state_hook is not None:
-            return self._parse_state_hook(state_payload(state))
-        return super()._state_from_wire(state)
