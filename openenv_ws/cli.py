@@ -62,12 +62,12 @@ def _json_config(text: str, flag: str) -> dict[str, Any]:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .footprint import map_large_buffers
     from .server import ServerLimits, bind_socket, create_app, uvicorn_config
-    from .server._fastws import busy_poll_problem, transport_limits_problem
-    from .server._guard import connection_cap
-    from .server._pacing import share_problem
-    from .server._serve import tls_problem
-    from .server.auth import TOKEN_ENV, exposure_warning, served_hosts
-    from .server.workers import WorkerBoard, reserve_port, run_workers
+    from .server.runtime.workers import WorkerBoard, reserve_port, run_workers
+    from .server.session.pacing import share_problem
+    from .server.transport.auth import TOKEN_ENV, exposure_warning, served_hosts
+    from .server.transport.fastws import busy_poll_problem, transport_limits_problem
+    from .server.transport.guard import connection_cap
+    from .server.transport.serve import tls_problem
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     map_large_buffers()  # sessions' large frames go back to the system with them
@@ -196,7 +196,7 @@ def _serve_process(config: Any, sock: Any, *, freeze: bool) -> None:
     imported modules takes ~10-30 ms, with every session of the process
     paused (``openenv_ws_process_gc_pause_seconds`` in ``/metrics``).
     """
-    from .server.drain import DrainingServer
+    from .server.transport.drain import DrainingServer
 
     if freeze:
         gc.collect()
@@ -278,7 +278,7 @@ def _warm_pool(
     """The ``--pool-size`` warm pool (None when 0); configs are keyed after normalizing."""
     if args.pool_size <= 0:
         return None
-    from .server.pool import WarmPool, normalized_key
+    from .server.runtime.pool import WarmPool, normalized_key
 
     return WarmPool(
         plugin,

@@ -99,7 +99,7 @@ HANDOVER_ENV = "OPENENV_WS_OPENENV_HANDOVER"
 #: concurrent is handed to a newcomer asking for it.
 DEFAULT_HANDOVER = 10.0
 
-#: The name of the warm pool's thread, which builds spares (openenv_ws.server.pool).
+#: The name of the warm pool's thread, which builds spares (openenv_ws.server.runtime.pool).
 _SPARES_THREAD = "openenv-ws-warm-pool"
 
 #: Longest message a validation error gives (a hostile action may be huge).

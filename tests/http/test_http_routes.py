@@ -29,7 +29,7 @@ from openenv_ws.protocol import (
     encode,
 )
 from openenv_ws.server import ServerLimits, SessionRegistry, create_app
-from openenv_ws.server.http import HTTP_STATUS, HTTPSessionStore, http_status
+from openenv_ws.server.routes.fallback import HTTP_STATUS, HTTPSessionStore, http_status
 from openenv_ws.testing import FakeEnvironment, fake_factory
 from tests.conftest import UNIT
 

@@ -12,7 +12,7 @@ import pytest
 from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
 from openenv_ws.server import ServerThread, create_app
-from openenv_ws.server._fastws import BusyPoll, FastWebSocketProtocol, busy_polling
+from openenv_ws.server.transport.fastws import BusyPoll, FastWebSocketProtocol, busy_polling
 from openenv_ws.testing import fake_factory
 from tests.conftest import UNIT
 from tests.test_readme_and_cli import run_cli

@@ -16,12 +16,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._shm import MIN_SHARED_BYTES, ServerRegion, Slot
-from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
-from ..errors import EnvConfigError, InvalidState, OpenEnvError, ProtocolError
-from ..footprint import DEFAULT_FOOTPRINT, Footprint, session_footprint
-from ..palette import indexed_shape
-from ..protocol import (
+from ..._shm import MIN_SHARED_BYTES, ServerRegion, Slot
+from ...environment import ArraySpec, EnvFactory, Environment, EnvResult
+from ...errors import EnvConfigError, InvalidState, OpenEnvError, ProtocolError
+from ...footprint import DEFAULT_FOOTPRINT, Footprint, session_footprint
+from ...palette import indexed_shape
+from ...protocol import (
     ERRORS,
     SUPPORTED_VERSIONS,
     ClientFrame,
@@ -48,11 +48,11 @@ from ..protocol import (
     error_frame,
     parse_step,
 )
-from ..spaces import plain
-from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose, mode_name
-from ._offload import Worker, close_quietly
+from ...spaces import plain
+from ...wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose, mode_name
+from ..runtime.offload import Worker, close_quietly
 from .replay import ReplayCache
-from .vsession import VectorSession, check_num_envs, open_vector
+from .vector import VectorSession, check_num_envs, open_vector
 
 __all__ = ["CloseRequest", "FrameReply", "Reply", "ServerSession", "encoded"]
 
@@ -104,16 +104,16 @@ class ServerSession:
 
     When the session ends, its environment is closed, or handed to the
     factory's ``give_back(config, env)`` if it has one (a
-    :class:`~openenv_ws.server.pool.WarmPool` does) and the environment never
+    :class:`~openenv_ws.server.runtime.pool.WarmPool` does) and the environment never
     raised an unexpected error.
 
     A session whose environment is not :attr:`~openenv_ws.environment.Environment.inline`
     has its requests served on a worker thread by
-    :func:`openenv_ws.server._offload.call`; while one is (:attr:`busy`),
+    :func:`openenv_ws.server.session.calls.call`; while one is (:attr:`busy`),
     closing it and replacing its shared region wait until that call returns.
 
     An ``open`` with ``num_envs`` makes a vector session (SPEC section 21):
-    its environment is a :class:`~.vsession.VectorSession`, which answers
+    its environment is a :class:`~.vector.VectorSession`, which answers
     every request but ``open`` and ``close``; the step loop never sees it.
     """
 
@@ -198,7 +198,7 @@ class ServerSession:
         self._into: tuple[Any, ...] | None = None
         #: Requests may be served inline (on the caller's thread): the environment's
         #: calls are bounded. False until the session is open (an open may have to
-        #: wait for its turn to build, see :mod:`openenv_ws.server._pacing`).
+        #: wait for its turn to build, see :mod:`openenv_ws.server.session.pacing`).
         self.inline = False
         #: A request is being served on the worker thread.
         self.busy = False

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..environment import (
+from ...environment import (
     AUTORESET_MODES,
     ArraySpec,
     BatchResult,
@@ -25,7 +25,7 @@ from ..environment import (
     VectorEnvironment,
     check_batch_obs,
 )
-from ..errors import EnvConfigError
+from ...errors import EnvConfigError
 
 __all__ = ["SerialVectorEnvironment", "stack_infos"]
 

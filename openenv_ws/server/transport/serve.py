@@ -1,6 +1,6 @@
 """Running the app under uvicorn with the settings measured fastest here.
 
-WebSockets are served by :class:`~openenv_ws.server._fastws.FastWebSocketProtocol`
+WebSockets are served by :class:`~openenv_ws.server.transport.fastws.FastWebSocketProtocol`
 (uvicorn's ``websockets-sansio``, its leanest implementation, with binary
 messages parsed, served and framed inline, optionally busy-polling) and uvloop
 is the event loop; permessage-deflate stays off (on loopback it costs about 3x
@@ -17,8 +17,9 @@ from typing import Any
 
 import uvicorn
 
-from ._fastws import DEFAULT_CONTROL_RATE, DEFAULT_WRITE_TIMEOUT, protocol_class
-from ._guard import (
+from .drain import DrainingServer
+from .fastws import DEFAULT_CONTROL_RATE, DEFAULT_WRITE_TIMEOUT, protocol_class
+from .guard import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_PEER,
@@ -26,8 +27,7 @@ from ._guard import (
     ConnectionGuard,
     guarded,
 )
-from ._tlsaccept import loop_name, tls_loop
-from .drain import DrainingServer
+from .tlsaccept import loop_name, tls_loop
 
 __all__ = ["ServerThread", "bind_socket", "tls_problem", "uvicorn_config"]
 
@@ -59,10 +59,10 @@ def uvicorn_config(
     peer may send per second before it is closed with 1008 (None: no limit).
     `max_connections`, `max_connections_per_peer`, `handshake_timeout`,
     `max_head_size`: the connection limits of
-    :class:`~openenv_ws.server._guard.ConnectionGuard` (None: no such limit);
+    :class:`~openenv_ws.server.transport.guard.ConnectionGuard` (None: no such limit);
     with TLS (``ssl_certfile`` in `extra`) they hold from accept, before the
     TLS handshake, and `handshake_timeout` bounds that handshake too (see
-    :mod:`~openenv_ws.server._tlsaccept`).
+    :mod:`~openenv_ws.server.transport.tlsaccept`).
     """
     guard = ConnectionGuard(
         max_connections=max_connections,

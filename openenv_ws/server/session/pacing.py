@@ -43,12 +43,12 @@ from collections.abc import Callable, Iterator, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, overload
 
-from ..protocol import ClientFrame, Open, decode_client_frame, encode
-from ._offload import build
-from .vsession import open_vector
+from ...protocol import ClientFrame, Open, decode_client_frame, encode
+from ..runtime.offload import build
+from .vector import open_vector
 
 if TYPE_CHECKING:
-    from ._session import FrameReply, Reply, ServerSession
+    from .server_session import FrameReply, Reply, ServerSession
 
 __all__ = ["BUSY_WINDOW", "MAX_BUILDS_OFF_LOOP", "ColdOpens", "share_problem"]
 
@@ -72,7 +72,7 @@ class ColdOpens:
         share: the largest fraction of time spent in cold builds (1: no pacing).
         max_waiting: opens that may wait for their turn at once.
         factory: the sessions' environment factory; a
-            :class:`~openenv_ws.server.pool.WarmPool` tells which opens it
+            :class:`~openenv_ws.server.runtime.pool.WarmPool` tells which opens it
             serves warm (``ready``, ``misses``). Without one, every open builds.
         last_step: the :func:`~time.perf_counter` time of the last step served
             by any session of the process (None: always paced).

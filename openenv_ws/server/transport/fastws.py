@@ -65,7 +65,7 @@ from typing import Any, cast
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
-from ..wire.framing import OP_BINARY, FrameError, apply_mask, frame_head, parse_head
+from ...wire.framing import OP_BINARY, FrameError, apply_mask, frame_head, parse_head
 
 __all__ = [
     "DEFAULT_CONTROL_RATE",
