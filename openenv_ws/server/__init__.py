@@ -20,7 +20,8 @@ from __future__ import annotations
 from .limits import ServerLimits
 from .routes.app import create_app
 from .session.admission import SessionRegistry
-from .session.server_session import CloseRequest, ServerSession
+from .session.replies import CloseRequest
+from .session.server_session import ServerSession
 from .transport.serve import ServerThread, bind_socket, uvicorn_config
 
 __all__ = [

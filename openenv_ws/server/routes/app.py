@@ -227,5 +227,6 @@ def create_app(
     app.add_middleware(HostCheck, allowed=allowed_hosts)
     app.state.registry = registry
     app.state.supervisor = supervisor
+    app.state.limits = registry.limits  # the transport settings uvicorn_config reads
     app.state.http_sessions = http_sessions
     return app

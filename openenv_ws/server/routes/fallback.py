@@ -65,7 +65,8 @@ from ..session.calls import call
 from ..session.expiry import Expiry
 from ..session.pacing import ColdOpens
 from ..session.replay import ReplayCache
-from ..session.server_session import FrameReply, ServerSession
+from ..session.replies import FrameReply
+from ..session.server_session import ServerSession
 
 __all__ = [
     "HTTP_STATUS",
@@ -170,9 +171,6 @@ class HTTPSessionStore:
         limits = registry.limits
         ttl = limits.http_session_ttl
         unused_ttl = limits.http_unused_ttl
-        for name, value in (("http_session_ttl", ttl), ("http_unused_ttl", unused_ttl)):
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive seconds or None, got {value!r}")
         if ttl is not None and unused_ttl is not None:
             unused_ttl = min(ttl, unused_ttl)
         self.env_factory = env_factory

@@ -65,7 +65,8 @@ from ...protocol import (
     encode,
     error_frame,
 )
-from ..session.server_session import CloseRequest, ServerSession
+from ..session.replies import CloseRequest
+from ..session.server_session import ServerSession
 from ..transport.asgi import Message
 from .fallback import JSON, HTTPSessionStore, http_status, read_body
 

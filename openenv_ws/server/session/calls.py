@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any, overload
 
 from ...protocol import ClientFrame, decode_client_frame, encode, parse_step
-from .server_session import FrameReply, Reply, ServerSession
+from .replies import FrameReply, Reply
+from .server_session import ServerSession
 
 __all__ = ["MAX_GIL_CALLS", "call", "timeout_message"]
 

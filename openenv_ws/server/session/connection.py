@@ -28,7 +28,7 @@ from ...protocol import ServerFrame, encode
 from ..transport.asgi import Message, Receive, Scope, Send
 from ..transport.fastws import DIRECT
 from .calls import call
-from .server_session import CloseRequest
+from .replies import CloseRequest
 from .supervisor import DRAIN, DRAIN_WINDOW, IDLE, TAKEOVER, UNOPENED, Link, Supervisor
 
 __all__ = ["run", "serve"]

@@ -47,8 +47,9 @@ from .admission import SessionRegistry
 from .expiry import Expiry
 from .pacing import ColdOpens
 from .replay import ReplayCache
+from .replies import CloseRequest, FrameReply, Reply
 from .resume import ResumeStore
-from .server_session import CloseRequest, FrameReply, Reply, ServerSession
+from .server_session import ServerSession
 
 __all__ = [
     "DRAIN",

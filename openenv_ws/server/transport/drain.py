@@ -16,11 +16,13 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import uvicorn
 
-__all__ = ["Drainable", "DrainingServer", "find_supervisor"]
+__all__ = ["Drainable", "DrainingServer", "app_state", "find_supervisor"]
+
+T = TypeVar("T")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -32,16 +34,22 @@ class Drainable(Protocol):
     async def drain(self, timeout: float | None = None) -> None: ...
 
 
-def find_supervisor(app: Any) -> Drainable | None:
-    """The supervisor of an app made by ``create_app``, looking through ASGI wrappers."""
+def app_state(app: Any, name: str, kind: type[T]) -> T | None:
+    """``app.state.<name>`` of an app made by ``create_app`` if it is a `kind`, looking
+    through ASGI wrappers (their ``app`` attribute); None if there is none."""
     seen = 0
     while app is not None and seen < 16:
-        supervisor = getattr(getattr(app, "state", None), "supervisor", None)
-        if isinstance(supervisor, Drainable):
-            return supervisor
+        value = getattr(getattr(app, "state", None), name, None)
+        if isinstance(value, kind):
+            return value
         app = getattr(app, "app", None)
         seen += 1
     return None
+
+
+def find_supervisor(app: Any) -> Drainable | None:
+    """The supervisor of an app made by ``create_app``, looking through ASGI wrappers."""
+    return app_state(app, "supervisor", Drainable)  # type: ignore[type-abstract]
 
 
 class DrainingServer(uvicorn.Server):
