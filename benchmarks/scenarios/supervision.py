@@ -112,7 +112,9 @@ def observe_ns(observe: Callable[[float], None], n: int) -> float:
 @scenario(
     "supervision",
     "Supervision: the server loop's per-step cost",
-    requires=has_attr("openenv_ws.server.session.connection", "run", "the server's connection loop"),
+    requires=has_attr(
+        "openenv_ws.server.session.connection", "run", "the server's connection loop"
+    ),
     default=False,
 )
 def run(ctx: Context) -> Section:
