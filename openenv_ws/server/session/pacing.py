@@ -48,7 +48,7 @@ from ..limits import setting_problem
 from ..runtime.offload import build
 from .replies import FrameReply, Reply
 from .server_session import ServerSession
-from .vector import open_vector
+from .vector_envs import open_vector
 
 __all__ = ["BUSY_WINDOW", "MAX_BUILDS_OFF_LOOP", "ColdOpens"]
 

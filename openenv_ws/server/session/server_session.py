@@ -57,7 +57,7 @@ from .replies import (
     obs_layout,
     result_fields,
 )
-from .vector import VectorSession, check_num_envs, open_vector
+from .vector_envs import VectorSession, check_num_envs, open_vector
 
 __all__ = ["ServerSession"]
 
@@ -98,7 +98,7 @@ class ServerSession:
     closing it and replacing its shared region wait until that call returns.
 
     An ``open`` with ``num_envs`` makes a vector session (SPEC section 21):
-    its environment is a :class:`~.vector.VectorSession`, which answers
+    its environment is a :class:`~.vector_envs.VectorSession`, which answers
     every request but ``open`` and ``close``; the step loop never sees it.
     """
 
