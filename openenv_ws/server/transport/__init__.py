@@ -5,7 +5,7 @@ frames binary messages inline, the HTTP protocol that guards connections, the
 accept loop that bounds TLS handshakes), the ASGI middleware that checks the
 host, origin and token of every request, and running and draining uvicorn.
 It works on uvicorn's internals (tests/server/test_dependency_internals.py
-pins them). It may import :mod:`openenv_ws.server.limits` and the runtime's
-top-level modules (``openenv_ws.wire``, ...), nothing of the server's other
+pins them). It may import :mod:`openenv_ws.server.limits` and openenv_ws's
+own top-level modules (``openenv_ws.wire``, ...), nothing of the server's other
 sub-packages: the app it serves is any ASGI app.
 """
