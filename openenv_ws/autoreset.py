@@ -12,7 +12,7 @@ what each does when an env's episode ends, for the clients and the server alike.
 
 :class:`Autoreset` keeps, per env, what the mode asks for next; the vector
 client of single sessions (:mod:`openenv_ws.client.vector`) and the server's
-serial vector environment (:mod:`openenv_ws.server.serial`) both step by it.
+serial vector environment (:mod:`openenv_ws.server.session.serial`) both step by it.
 """
 
 from __future__ import annotations

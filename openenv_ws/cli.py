@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import logging
 import os
@@ -17,25 +18,11 @@ from .environment import Environment
 from .envs import options as env_options
 from .errors import EnvConfigError
 from .registry import DEFAULT_ENV, Command, EnvPlugin, command_entry_points, load_env
-from .wire.compress import available_codecs
+from .server.limits import ServerLimits, SettingError
 
 __all__ = ["main"]
 
 logger = logging.getLogger("openenv_ws.cli")
-
-
-def _codecs(text: str) -> tuple[str, ...]:
-    """``--compression``: codec names, comma-separated, or ``none``."""
-    if text.strip().lower() == "none":
-        return ()
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    have = available_codecs()
-    for name in names:
-        if name not in have:
-            raise argparse.ArgumentTypeError(
-                f"unknown codec {name!r}; use a comma-separated list of {', '.join(have)}, or none"
-            )
-    return names
 
 
 def _load_env(spec: str) -> EnvPlugin[Environment]:
@@ -61,62 +48,18 @@ def _json_config(text: str, flag: str) -> dict[str, Any]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .footprint import map_large_buffers
-    from .server import ServerLimits, bind_socket, create_app, uvicorn_config
-    from .server._fastws import busy_poll_problem, transport_limits_problem
-    from .server._guard import connection_cap
-    from .server._pacing import share_problem
-    from .server._serve import tls_problem
-    from .server.auth import TOKEN_ENV, exposure_warning, served_hosts
-    from .server.workers import WorkerBoard, reserve_port, run_workers
+    from .server import bind_socket, create_app, uvicorn_config
+    from .server.runtime.workers import WorkerBoard, reserve_port, run_workers
+    from .server.transport.auth import TOKEN_ENV, exposure_warning, served_hosts
+    from .server.transport.guard import connection_cap
+    from .server.transport.serve import tls_problem
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     map_large_buffers()  # sessions' large frames go back to the system with them
-    problem = busy_poll_problem(args.busy_poll)
-    if problem is not None:
-        raise SystemExit(f"--busy-poll {problem}")
-    problem = transport_limits_problem(
-        write_timeout=args.write_timeout or None, control_rate=args.control_frame_rate or None
-    )
-    if problem is not None:
-        raise SystemExit(problem)
-    for flag, count in (
-        ("--max-connections", args.max_connections),
-        ("--max-connections-per-peer", args.max_connections_per_peer),
-        ("--max-envs", args.max_envs),
-        ("--max-engine-threads", args.max_engine_threads or 1),
-        ("--max-stuck-calls", args.max_stuck_calls or 1),
-        (
-            "--max-sessions-per-peer",
-            1 if args.max_sessions_per_peer is None else args.max_sessions_per_peer,
-        ),
-    ):
-        if count < 1:
-            raise SystemExit(f"{flag} must be at least 1, got {count}")
-    if args.max_head_size < 0:
-        raise SystemExit(f"--max-head-size must be 0 (no limit) or more, got {args.max_head_size}")
-    problem = share_problem(args.cold_open_share)
-    if problem is not None:
-        raise SystemExit(f"--cold-open-share {problem}")
+    limits = _limits(args)
     problem = tls_problem(args.certfile, args.keyfile, args.keyfile_password)
     if problem is not None:
         raise SystemExit(problem)
-    limits = ServerLimits(
-        max_sessions=args.max_sessions,
-        max_envs=args.max_envs,
-        max_frame_size=args.max_frame_size,
-        idle_timeout=args.idle_timeout or None,
-        resume_grace=args.grace,
-        drain_timeout=args.drain_timeout,
-        http_session_ttl=args.http_session_ttl or None,
-        http_unused_ttl=args.http_unused_ttl or None,
-        max_sessions_per_peer=args.max_sessions_per_peer,
-        open_timeout=args.open_timeout or None,
-        step_timeout=args.step_timeout or None,
-        cold_open_share=args.cold_open_share,
-        cold_open_queue=args.cold_open_queue,
-        compression=args.compression,
-        **_budgets(args),
-    )
     token = args.token or os.environ.get(TOKEN_ENV) or None
     env_options.apply(args)
     plugin = _load_env(args.env)
@@ -149,26 +92,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     hosts, host_warning = served_hosts(args.host, args.allow_host)
-    max_connections, cap_warning = connection_cap(args.max_connections)
+    cap_warning = None
+    if limits.max_connections is not None:
+        cap, cap_warning = connection_cap(limits.max_connections)
+        limits = dataclasses.replace(limits, max_connections=cap)
     for warning in (exposure_warning(args.host, token), host_warning, cap_warning):
         if warning is not None:
             logger.warning(warning)
     config = uvicorn_config(
         build_app() if board is None else None,
+        limits=limits,
         host=args.host,
         port=port,
-        max_frame_size=args.max_frame_size,
         log_level=args.log_level,
-        ping_interval=args.ping_interval or None,
-        ping_timeout=args.ping_timeout or None,
-        timeout_graceful_shutdown=args.drain_timeout,
-        busy_poll=args.busy_poll,
-        write_timeout=args.write_timeout or None,
-        control_rate=args.control_frame_rate or None,
-        max_connections=max_connections,
-        max_connections_per_peer=args.max_connections_per_peer,
-        handshake_timeout=args.handshake_timeout or None,
-        max_head_size=args.max_head_size or None,
         ssl_certfile=args.certfile,
         ssl_keyfile=args.keyfile,
         ssl_keyfile_password=args.keyfile_password,
@@ -196,7 +132,7 @@ def _serve_process(config: Any, sock: Any, *, freeze: bool) -> None:
     imported modules takes ~10-30 ms, with every session of the process
     paused (``openenv_ws_process_gc_pause_seconds`` in ``/metrics``).
     """
-    from .server.drain import DrainingServer
+    from .server.transport.drain import DrainingServer
 
     if freeze:
         gc.collect()
@@ -242,34 +178,41 @@ def _env_config(plugin: EnvPlugin[Environment], text: str, flag: str) -> dict[st
     return config
 
 
-def _byte_size(text: str) -> int:
-    """``--memory-budget``: bytes, with an optional K, M, G or T suffix (powers of 1024)."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    body = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = units.get(body[-1:], 1)
+def _limits(args: argparse.Namespace) -> ServerLimits:
+    """The server's limits from their flags (a flag left out: the field's default), or a
+    SystemExit naming the flag out of range; the memory budget is the server's, split
+    between its workers."""
+    given: dict[str, Any] = {}
+    for name, flag, _ in ServerLimits.flags():
+        value = getattr(args, name)
+        if value is None:
+            continue
+        given[name] = None if flag.zero_is_none and value == 0 else value
     try:
-        value = float(body[:-1] if body[-1:] in units else body) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a size in bytes such as 8G or 512M, got {text!r}"
-        ) from None
-    if not 0 < value < 1 << 60:
-        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
-    return int(value)
+        limits = ServerLimits(**given)
+    except SettingError as exc:
+        raise SystemExit(f"{_flag_name(exc.name)} {exc.problem}") from None
+    return dataclasses.replace(limits, memory_budget=limits.memory_budget // max(1, args.workers))
 
 
-def _budgets(args: argparse.Namespace) -> dict[str, int]:
-    """The budget flags given, for ``ServerLimits`` (its defaults stand for the others);
-    the memory budget is the server's, split between its workers."""
-    from .footprint import default_memory_budget
+def _flag_name(field: str) -> str:
+    """The ``openenv-ws serve`` flag of the field `field` of :class:`ServerLimits`."""
+    flag = {name: flag for name, flag, _ in ServerLimits.flags()}[field]
+    return flag.name or "--" + field.replace("_", "-")
 
-    total = args.memory_budget or default_memory_budget()
-    budgets = {"memory_budget": total // max(1, args.workers)}
-    if args.max_engine_threads is not None:
-        budgets["max_engine_threads"] = args.max_engine_threads
-    if args.max_stuck_calls is not None:
-        budgets["max_stuck_calls"] = args.max_stuck_calls
-    return budgets
+
+def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag for each field of :class:`ServerLimits`, as the field declares it."""
+    for name, flag, default in ServerLimits.flags():
+        option = _flag_name(name)
+        parser.add_argument(
+            option,
+            dest=name,
+            type=flag.parse or type(default),
+            default=default,
+            metavar=flag.metavar or option.removeprefix("--").replace("-", "_").upper(),
+            help=flag.help,
+        )
 
 
 def _warm_pool(
@@ -278,7 +221,7 @@ def _warm_pool(
     """The ``--pool-size`` warm pool (None when 0); configs are keyed after normalizing."""
     if args.pool_size <= 0:
         return None
-    from .server.pool import WarmPool, normalized_key
+    from .server.runtime.pool import WarmPool, normalized_key
 
     return WarmPool(
         plugin,
@@ -343,73 +286,12 @@ def _parser() -> argparse.ArgumentParser:
         help="an installed environment (atari, fake, ...) or module:factory",
     )
     env_options.add_arguments(serve)
-    serve.add_argument(
-        "--max-sessions",
-        type=int,
-        default=1024,
-        help="sessions hosted at once by each server process; the next open gets 'capacity' "
-        "(each env of a vector session counts as one)",
-    )
-    serve.add_argument(
-        "--max-sessions-per-peer",
-        type=int,
-        default=None,
-        metavar="N",
-        help="sessions one client address may hold at once, WebSocket and HTTP together "
-        "(counted as --max-sessions); the next open from it gets 'capacity' (default: a "
-        "quarter of --max-sessions, at least twice --max-envs)",
-    )
-    serve.add_argument(
-        "--max-envs",
-        type=int,
-        default=64,
-        help="most envs one vector session (open with num_envs) may hold; more gets 'bad_config'",
-    )
-    serve.add_argument(
-        "--max-frame-size", type=int, default=1 << 20, help="largest request frame in bytes"
-    )
-    serve.add_argument(
-        "--memory-budget",
-        type=_byte_size,
-        default=None,
-        metavar="BYTES",
-        help="memory the sessions of the server may take together (e.g. 8G, 512M), each "
-        "charged what its config needs before it is built; over it, 'capacity' "
-        "(default: half of physical memory, split between the workers)",
-    )
-    serve.add_argument(
-        "--max-engine-threads",
-        type=int,
-        default=None,
-        help="threads the sessions' engines (vector sessions) may start together, per "
-        "process; over it, 'capacity' (default: 32 per core)",
-    )
-    serve.add_argument(
-        "--max-stuck-calls",
-        type=int,
-        default=None,
-        help="environment calls past --step-timeout that may still run (threads cannot be "
-        "stopped); while this many run, opens get 'capacity' (default: one per core)",
-    )
+    _add_limit_flags(serve)
     serve.add_argument(
         "--openenv-config",
         default="{}",
         help="JSON environment config of the sessions OpenEnv's clients open (their requests "
         'carry none), e.g. {"game": "breakout"}',
-    )
-    serve.add_argument(
-        "--http-session-ttl",
-        type=float,
-        default=300.0,
-        help="close HTTP sessions (fallback and OpenEnv routes) idle this many seconds (0: never)",
-    )
-    serve.add_argument(
-        "--http-unused-ttl",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="close HTTP sessions that get no request after the one that opened them within "
-        "this many seconds (0: only --http-session-ttl; default 30)",
     )
     serve.add_argument(
         "--log-level",
@@ -442,130 +324,6 @@ def _parser() -> argparse.ArgumentParser:
         "(repeatable; '*': any). Requests naming another host (the Host header) get HTTP 403, "
         "which keeps web pages from reaching the server through DNS rebinding (default when "
         "bound to a wildcard address such as 0.0.0.0: any host)",
-    )
-    serve.add_argument(
-        "--max-connections",
-        type=int,
-        default=4096,
-        help="connections a server process holds at once (lowered to fit the file descriptor "
-        "limit); beyond it a connection still sending its request is dropped to make room, "
-        "else the newcomer gets HTTP 503 (default 4096)",
-    )
-    serve.add_argument(
-        "--max-connections-per-peer",
-        type=int,
-        default=1024,
-        help="connections one client address holds at once, as --max-connections (default 1024)",
-    )
-    serve.add_argument(
-        "--handshake-timeout",
-        type=float,
-        default=10.0,
-        help="seconds a connection has to send its request and complete a WebSocket "
-        "handshake before it is dropped (0: no limit; default 10)",
-    )
-    serve.add_argument(
-        "--max-head-size",
-        type=int,
-        default=65536,
-        help="bytes of one request head (request line and headers); a larger one is answered "
-        "HTTP 431 and its connection closed (0: no limit; default 65536)",
-    )
-    serve.add_argument(
-        "--compression",
-        type=_codecs,
-        default=("zstd", "lz4"),
-        metavar="CODECS",
-        help="compress the observations sent inline (not those in shared memory) for clients "
-        "that offer it, with the first codec of this list the client offers: comma-separated, of "
-        f"{', '.join(available_codecs())}; 'none' never compresses (default zstd,lz4)",
-    )
-    serve.add_argument(
-        "--open-timeout",
-        type=float,
-        default=60.0,
-        help="close WebSocket connections that open no session within this many seconds "
-        "(0: never; default 60)",
-    )
-    serve.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=600.0,
-        help="close connections that send no request for this many seconds (0: never)",
-    )
-    serve.add_argument(
-        "--grace",
-        type=float,
-        default=30.0,
-        help="seconds a session whose connection dropped waits to be resumed (0: no resume)",
-    )
-    serve.add_argument(
-        "--ping-interval",
-        type=float,
-        default=20.0,
-        help="seconds between WebSocket pings to each client (0: no heartbeat)",
-    )
-    serve.add_argument(
-        "--ping-timeout",
-        type=float,
-        default=20.0,
-        help="seconds to wait for a pong before dropping the connection",
-    )
-    serve.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=10.0,
-        help="on SIGTERM, seconds to let in-flight replies finish before closing what is left",
-    )
-    serve.add_argument(
-        "--step-timeout",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="deadline of one call of an environment whose calls are not bounded (not "
-        "inline; served on a thread of its session), and of a build off the event loop "
-        "(gymnasium, openenv, module:factory): past it the session ends with "
-        "step_timeout (0: no deadline; Atari is always served inline)",
-    )
-    serve.add_argument(
-        "--cold-open-share",
-        type=float,
-        default=0.25,
-        metavar="SHARE",
-        help="largest fraction of time spent building environments that the warm pool "
-        "does not have ready (a ROM load holds the GIL and pauses every session); opens "
-        "past it wait their turn (1: no pacing)",
-    )
-    serve.add_argument(
-        "--cold-open-queue",
-        type=int,
-        default=256,
-        help="opens that may wait at once for their turn to build; the next gets capacity",
-    )
-    serve.add_argument(
-        "--write-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="abort a WebSocket connection whose client reads nothing of what it is sent for "
-        "this long; meanwhile nothing more is read from it (0: never; default 30)",
-    )
-    serve.add_argument(
-        "--control-frame-rate",
-        type=float,
-        default=100.0,
-        metavar="PER_SECOND",
-        help="pings and pongs a WebSocket client may send per second, in bursts of as many; "
-        "beyond it the connection is closed with 1008 (0: no limit; default 100)",
-    )
-    serve.add_argument(
-        "--busy-poll",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="after each message, poll the sockets this long without sleeping (e.g. 0.002): "
-        "lower latency for a server on a core of its own, that core kept busy meanwhile "
-        "(0: off; clients have the same option, busy_poll=...)",
     )
     serve.add_argument(
         "--no-web",

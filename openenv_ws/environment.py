@@ -151,7 +151,7 @@ class Environment(abc.ABC):
         """Return to the state a new instance of this configuration starts in, for the
         next session; False if it cannot (the caller then closes it).
 
-        A warm pool (:mod:`openenv_ws.server.pool`) calls this when a session
+        A warm pool (:mod:`openenv_ws.server.runtime.pool`) calls this when a session
         ends, so that the next session of the same configuration skips the
         build (for Atari, a ROM load). The next session must not be able to
         tell: no episode running, counters at zero, generators freshly seeded

@@ -8,7 +8,7 @@ its HTTP routes take ``POST /reset`` ``{"seed": ..., "episode_id": ...}`` and
 is ``{"observation": {...}, "reward": float | null, "done": bool}``.
 
 This module maps those shapes onto protocol v1 frames and back, for the
-server's compatibility layer (:mod:`openenv_ws.server.openenv_compat`) and for
+server's compatibility layer (:mod:`openenv_ws.server.routes.openenv_compat`) and for
 :class:`~openenv_ws.client.HTTPEnvClient` subclasses written in OpenEnv's
 style. What an observation looks like depends on the session's spaces:
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import atari.config as atari_config
 import openenv_ws.environment as environment
-from openenv_ws.server.registry import ServerLimits
+from openenv_ws.server.limits import ServerLimits
 
 __all__ = [
     "heavy_configs",

@@ -6,7 +6,7 @@ FakeEnvironment session, two ways in the same run:
 
 - ``plain``: the loop the server had before supervision: receive, handle on
   a bare :class:`ServerSession`, send;
-- ``supervised``: the server's connection loop (:mod:`openenv_ws.server.connection`)
+- ``supervised``: the server's connection loop (:mod:`openenv_ws.server.session.connection`)
   with a :class:`Supervisor` and its :class:`SupervisedSession`
   (reply cache for resume, step latency histogram, error counts, idle and
   drain bookkeeping).
@@ -83,8 +83,8 @@ async def plain(stream: list[Message]) -> None:
 
 async def supervised(stream: list[Message]) -> None:
     from openenv_ws.server import ServerLimits, SessionRegistry
-    from openenv_ws.server.connection import run as serve_connection
-    from openenv_ws.server.supervisor import Supervisor
+    from openenv_ws.server.session.connection import run as serve_connection
+    from openenv_ws.server.session.supervisor import Supervisor
     from openenv_ws.testing import fake_factory
 
     receive, send = io(stream)
@@ -112,14 +112,16 @@ def observe_ns(observe: Callable[[float], None], n: int) -> float:
 @scenario(
     "supervision",
     "Supervision: the server loop's per-step cost",
-    requires=has_attr("openenv_ws.server.connection", "run", "the server's connection loop"),
+    requires=has_attr(
+        "openenv_ws.server.session.connection", "run", "the server's connection loop"
+    ),
     default=False,
 )
 def run(ctx: Context) -> Section:
     """The server's supervised message loop vs a bare ServerSession loop, no sockets."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    from openenv_ws.server.metrics import STEP_BUCKETS, LatencyHistogram
+    from openenv_ws.server.runtime.metrics import STEP_BUCKETS, LatencyHistogram
 
     opts = ctx.options
     steps, rounds = opts.steps, max(1, opts.rounds)

@@ -74,7 +74,7 @@ class _EnvServer:
         app = create_app(factory, limits=limits, **app_options)
         # In a cluster the node's own address, so that clients on other nodes reach it.
         bind = host or ray.util.get_node_ip_address()
-        self._server = ServerThread(app, host=bind, port=port, max_frame_size=limits.max_frame_size)
+        self._server = ServerThread(app, host=bind, port=port)
         self._server.start()
         self._info = {
             "url": self._server.url,

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from openenv_ws.server import ServerLimits, ServerThread, create_app
-from openenv_ws.server.openenv_compat import COOKIE
+from openenv_ws.server.routes.openenv_compat import COOKIE
 from openenv_ws.testing import fake_factory
 from tests.compat.conftest import OPENENV_01
 from tests.conftest import UNIT

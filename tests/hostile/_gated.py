@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from openenv_ws.errors import EnvConfigError
-from openenv_ws.server._pacing import MAX_BUILDS_OFF_LOOP
+from openenv_ws.server.session.pacing import MAX_BUILDS_OFF_LOOP
 from openenv_ws.testing import FakeEnvironment
 
 _lock = threading.Lock()

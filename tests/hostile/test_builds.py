@@ -21,7 +21,7 @@ import psutil
 from openenv_ws.client import VectorEnvClient
 from openenv_ws.client.vector import OPENS_IN_FLIGHT
 from openenv_ws.protocol import Error, Open, Opened, Reset, Result, encode
-from openenv_ws.server._pacing import MAX_BUILDS_OFF_LOOP
+from openenv_ws.server.session.pacing import MAX_BUILDS_OFF_LOOP
 
 from ..reliability.conftest import wait_until
 from ._frames import masked, reply, request, step

@@ -77,7 +77,7 @@ WORKERS_FAILING_AT_START = textwrap.dedent(
     """
     import logging, sys
     logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
-    from openenv_ws.server.workers import WorkerBoard, reserve_port, run_workers
+    from openenv_ws.server.runtime.workers import WorkerBoard, reserve_port, run_workers
 
     def serve(sock, index):
         raise RuntimeError("this worker cannot build its app")
@@ -100,7 +100,7 @@ WORKER_CRASHING_AFTER_START = textwrap.dedent(
     """
     import logging, os, sys
     logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
-    from openenv_ws.server.workers import WorkerBoard, reserve_port, run_workers
+    from openenv_ws.server.runtime.workers import WorkerBoard, reserve_port, run_workers
 
     board = WorkerBoard(2)
 

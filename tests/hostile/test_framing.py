@@ -29,7 +29,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from openenv_ws.protocol import Reset, Result, Step, encode
-from openenv_ws.server._fastws import FastWebSocketProtocol
+from openenv_ws.server.transport.fastws import FastWebSocketProtocol
 from openenv_ws.testing import FakeEnvironment
 
 from ..reliability.rawws import OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, frame_bytes

@@ -89,7 +89,7 @@ def test_allow_host_lets_a_name_in() -> None:
 
 def test_host_policy_of_a_bind_address() -> None:
     """Socket-free: what ``serve`` allows for each ``--host`` (no test binds a wildcard)."""
-    from openenv_ws.server.auth import HostCheck, served_hosts
+    from openenv_ws.server.transport.auth import HostCheck, served_hosts
 
     assert served_hosts("127.0.0.1", []) == ([], None)
     assert served_hosts("127.0.0.1", ["lab.example"]) == (["lab.example"], None)

@@ -29,7 +29,7 @@ from openenv_ws.protocol import (
     encode,
 )
 from openenv_ws.server import ServerLimits, SessionRegistry, create_app
-from openenv_ws.server.http import HTTP_STATUS, HTTPSessionStore, http_status
+from openenv_ws.server.routes.fallback import HTTP_STATUS, HTTPSessionStore, http_status
 from openenv_ws.testing import FakeEnvironment, fake_factory
 from tests.conftest import UNIT
 
@@ -279,9 +279,11 @@ def test_the_background_sweeper_expires_abandoned_sessions() -> None:
         assert r.json()["id"] is None
 
 
-def test_a_store_refuses_a_nonsense_ttl() -> None:
-    with pytest.raises(ValueError, match="ttl must be positive"):
-        HTTPSessionStore(fake_factory, SessionRegistry(ServerLimits(http_session_ttl=0)))
+def test_a_nonsense_ttl_is_refused_by_the_limits() -> None:
+    with pytest.raises(ValueError, match="http_session_ttl must be above 0, got 0"):
+        ServerLimits(http_session_ttl=0)
+    with pytest.raises(ValueError, match="http_unused_ttl must be above 0, got -1"):
+        ServerLimits(http_unused_ttl=-1)
 
 
 def test_the_store_expires_sessions_no_request_followed_after_the_unused_ttl() -> None:

@@ -14,7 +14,7 @@ from atari import AtariEnvironment, atari_factory, normalize_config
 from openenv_ws.environment import Environment
 from openenv_ws.errors import EnvConfigError, InvalidState
 from openenv_ws.footprint import DEFAULT_FOOTPRINT
-from openenv_ws.server.pool import WarmPool, json_key, normalized_key
+from openenv_ws.server.runtime.pool import WarmPool, json_key, normalized_key
 from openenv_ws.testing import FakeEnvironment
 
 from ..conftest import UNIT

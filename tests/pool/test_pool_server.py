@@ -16,7 +16,7 @@ from openenv_ws.errors import RemoteEnvError
 from openenv_ws.gym import RemoteEnv
 from openenv_ws.providers import LocalServerProvider
 from openenv_ws.server import ServerThread, create_app
-from openenv_ws.server.pool import WarmPool, normalized_key
+from openenv_ws.server.runtime.pool import WarmPool, normalized_key
 from openenv_ws.testing import FakeEnvironment
 
 from ..conftest import UNIT

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(wire is None, reason="openenv_ws._wire is not bu
 
 
 def test_the_server_uses_the_c_reader_where_it_is_built() -> None:
-    from openenv_ws.server import _session
+    from openenv_ws.server.session import server_session as _session
 
     if os.environ.get("CI"):
         assert wire is not None, "openenv_ws._wire was not built; is gcc missing?"

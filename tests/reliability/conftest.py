@@ -55,12 +55,12 @@ def serve(
     """A live server on a loopback port with the given limits."""
     app = create_app(
         factory,
-        limits=ServerLimits(**limits),
+        limits=ServerLimits(ping_interval=ping_interval, ping_timeout=ping_timeout, **limits),
         token=token,
         web=web,
         allowed_origins=allowed_origins,
     )
-    with ServerThread(app, ping_interval=ping_interval, ping_timeout=ping_timeout) as server:
+    with ServerThread(app) as server:
         yield server
 
 

@@ -17,7 +17,7 @@ from openenv_ws.client import AsyncEnvClient, EnvClient
 from openenv_ws.client._ws import BlockingWebSocket
 from openenv_ws.errors import SessionClosed
 from openenv_ws.protocol import Error, Open, Opened, decode_server_frame, encode
-from openenv_ws.server.auth import TOKEN_ENV, exposure_warning, token_matches
+from openenv_ws.server.transport.auth import TOKEN_ENV, exposure_warning, token_matches
 
 from .conftest import UNIT, serve, wait_until
 

@@ -1,4 +1,4 @@
-"""The server's inline path for binary messages (openenv_ws/server/_fastws.py).
+"""The server's inline path for binary messages (openenv_ws/server/transport/fastws.py).
 
 Requests are parsed and served inside the protocol's ``data_received`` while
 the session waits; everything unusual goes through the websockets parser.

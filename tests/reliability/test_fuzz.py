@@ -58,7 +58,7 @@ from openenv_ws.protocol import (
 )
 from openenv_ws.providers._base import read_output
 from openenv_ws.server import ServerLimits, SessionRegistry
-from openenv_ws.server.supervisor import Link, SupervisedSession, Supervisor
+from openenv_ws.server.session.supervisor import Link, SupervisedSession, Supervisor
 from openenv_ws.testing import FakeEnvironment, fake_factory
 
 from .conftest import UNIT, health, wait_until

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from openenv_ws import RemoteEnvError
 from openenv_ws.client import EnvClient
-from openenv_ws.server.metrics import LatencyHistogram
+from openenv_ws.server.runtime.metrics import LatencyHistogram
 
 from .conftest import UNIT, health, serve, wait_until
 from .proxy import CutProxy

@@ -19,7 +19,7 @@ import pytest
 
 from openenv_ws.client import EnvClient
 from openenv_ws.protocol import Open, Opened, decode_server_frame, encode
-from openenv_ws.server.http import SESSIONS_PATH
+from openenv_ws.server.routes.fallback import SESSIONS_PATH
 
 from .conftest import UNIT, health, serve
 from .rawws import RawWS

@@ -11,8 +11,8 @@ import pytest
 
 from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
-from openenv_ws.server import ServerThread, create_app
-from openenv_ws.server._fastws import BusyPoll, FastWebSocketProtocol, busy_polling
+from openenv_ws.server import ServerLimits, ServerThread, create_app
+from openenv_ws.server.transport.fastws import BusyPoll, FastWebSocketProtocol, busy_polling
 from openenv_ws.testing import fake_factory
 from tests.conftest import UNIT
 from tests.test_readme_and_cli import run_cli
@@ -45,7 +45,7 @@ def _play(url: str, steps: int) -> list[tuple[np.ndarray, float, bool]]:
 
 
 def test_polls_after_each_message_and_sleeps_after_the_window() -> None:
-    server = ServerThread(create_app(fake_factory), busy_poll=WINDOW)
+    server = ServerThread(create_app(fake_factory, limits=ServerLimits(busy_poll=WINDOW)))
     with server, EnvClient(server.url) as env:
         env.reset(seed=0)
         poll = _poller(server)
@@ -67,7 +67,7 @@ def test_polls_after_each_message_and_sleeps_after_the_window() -> None:
 
 
 def test_results_are_the_same_with_and_without_busy_polling() -> None:
-    with ServerThread(create_app(fake_factory), busy_poll=WINDOW) as polling:
+    with ServerThread(create_app(fake_factory, limits=ServerLimits(busy_poll=WINDOW))) as polling:
         with_poll = _play(polling.url, 30)
     with ServerThread(create_app(fake_factory)) as plain:
         without = _play(plain.url, 30)

@@ -1,8 +1,8 @@
 """The uvicorn and websockets internals the server's protocol classes build on are still there.
 
-:mod:`openenv_ws.server._fastws` subclasses uvicorn's ``websockets-sansio``
+:mod:`openenv_ws.server.transport.fastws` subclasses uvicorn's ``websockets-sansio``
 protocol and reads its state (and that of the websockets ``ServerProtocol``
-it drives); :mod:`openenv_ws.server._guard` subclasses uvicorn's httptools
+it drives); :mod:`openenv_ws.server.transport.guard` subclasses uvicorn's httptools
 protocol. ``pyproject.toml`` pins both dependencies to the range tested
 here; a release that renames one of these names fails this test with a
 message naming it, instead of a server that breaks on its first connection.
@@ -19,8 +19,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
-from openenv_ws.server._fastws import FastWebSocketProtocol
-from openenv_ws.server._guard import GuardedProtocol
+from openenv_ws.server.transport.fastws import FastWebSocketProtocol
+from openenv_ws.server.transport.guard import GuardedProtocol
 
 # Hooks the two classes override: the base class must still call them.
 WS_HOOKS = (
@@ -76,7 +76,7 @@ def _fail(what: str, missing: list[str]) -> None:
     if missing:
         pytest.fail(
             f"{what} no longer has {', '.join(missing)} (uvicorn {uvicorn.__version__}); "
-            "openenv_ws/server/_fastws.py and _guard.py rely on them: adapt them or keep "
+            "openenv_ws/server/transport/fastws.py and _guard.py rely on them: adapt them or keep "
             "the dependency within the range pyproject.toml pins"
         )
 

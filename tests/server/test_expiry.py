@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from openenv_ws.server.expiry import Expiry
+from openenv_ws.server.session.expiry import Expiry
 
 from ..conftest import UNIT
 

@@ -25,8 +25,8 @@ from openenv_ws.protocol import (
     encode,
 )
 from openenv_ws.server import ServerSession
-from openenv_ws.server.http import JSON, MSGPACK, reply_response
-from openenv_ws.server.replay import ReplayCache
+from openenv_ws.server.routes.fallback import JSON, MSGPACK, reply_response
+from openenv_ws.server.session.replay import ReplayCache
 from openenv_ws.testing import fake_factory
 
 SCRIPT: list[ClientFrame] = [

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from openenv_ws.server._guard import (
+from openenv_ws.server.transport.guard import (
     ConnectionGuard,
     Phase,
     fit_to_fd_limit,

@@ -23,9 +23,9 @@ from openenv_ws.protocol import (
     encode,
     error_frame,
 )
-from openenv_ws.server._offload import call
-from openenv_ws.server._pacing import ColdOpens
-from openenv_ws.server._session import ServerSession
+from openenv_ws.server.session.calls import call
+from openenv_ws.server.session.pacing import ColdOpens
+from openenv_ws.server.session.server_session import ServerSession
 from openenv_ws.testing import FakeEnvironment
 
 from ..conftest import UNIT

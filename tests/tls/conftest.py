@@ -14,6 +14,7 @@ import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
@@ -70,10 +71,10 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return Pki(**paths)
 
 
-def tls_thread(certfile: Path, factory: object = fake_factory, **config: object) -> ServerThread:
+def tls_thread(certfile: Path, factory: object = fake_factory, **limits: Any) -> ServerThread:
     """A (not yet started) server serving TLS with `certfile` (key + chain)."""
-    app = create_app(factory, limits=ServerLimits(max_sessions=16))
-    return ServerThread(app, ssl_certfile=str(certfile), **config)
+    app = create_app(factory, limits=ServerLimits(max_sessions=16, **limits))
+    return ServerThread(app, ssl_certfile=str(certfile))
 
 
 @pytest.fixture

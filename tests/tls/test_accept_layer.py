@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from openenv_ws.server._tlsaccept import tls_loop
+from openenv_ws.server.transport.tlsaccept import tls_loop
 
 from ..conftest import UNIT
 from .conftest import Pki

@@ -22,8 +22,8 @@ from openenv_ws.protocol import (
     encode,
 )
 from openenv_ws.server import ServerLimits
-from openenv_ws.server._session import ServerSession
-from openenv_ws.server.registry import SessionRegistry
+from openenv_ws.server.session.admission import SessionRegistry
+from openenv_ws.server.session.server_session import ServerSession
 from openenv_ws.testing import FakeEnvironment, fake_factory
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from openenv_ws.server.workers import WorkerBoard
+from openenv_ws.server.runtime.workers import WorkerBoard
 
 
 def test_board_slots_are_shared_and_summed() -> None:

@@ -32,7 +32,7 @@ __all__ = [
 #: concurrent is handed to a newcomer asking for it.
 DEFAULT_HANDOVER = 10.0
 
-#: The name of the warm pool's thread, which builds spares (openenv_ws.server.pool).
+#: The name of the warm pool's thread, which builds spares (openenv_ws.server.runtime.pool).
 _SPARES_THREAD = "openenv-ws-warm-pool"
 
 

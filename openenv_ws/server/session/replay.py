@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import encode
+from ...protocol import encode
 
 __all__ = ["ReplayCache"]
 

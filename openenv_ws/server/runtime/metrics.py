@@ -9,7 +9,7 @@ state at that moment, so they cost nothing in between.
 
 Behind several worker processes (``serve --workers N``) each worker
 publishes a snapshot of its counts once a second (see
-:class:`~openenv_ws.server.workers.WorkerBoard`), and whichever worker answers
+:class:`~openenv_ws.server.runtime.workers.WorkerBoard`), and whichever worker answers
 ``/metrics`` adds the others' last snapshots to its own live counts: the
 ``openenv_ws_*`` series are the whole server's (``openenv_ws_workers`` says
 how many processes they cover), at most a second behind for the other
@@ -38,7 +38,7 @@ from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..protocol import ERRORS
+from ...protocol import ERRORS
 
 __all__ = ["COUNTERS", "GC_PAUSES", "STEP_BUCKETS", "GCPauses", "LatencyHistogram", "ServerMetrics"]
 
@@ -157,7 +157,7 @@ class ServerMetrics:
         ProcessCollector(namespace="openenv_ws", registry=self.registry)
         self.gc_pauses = GC_PAUSES.install()
         #: Per compression mode: [observation bytes compressed, bytes sent] (the
-        #: sessions' :attr:`~openenv_ws.server.registry.SessionRegistry.observation_bytes`).
+        #: sessions' :attr:`~openenv_ws.server.session.admission.SessionRegistry.observation_bytes`).
         self.observation_bytes: dict[str, list[int]] = {}
 
     def error(self, code: str) -> None:

@@ -20,7 +20,7 @@ where each worker publishes its session counts whenever they change; any
 worker's ``/health`` reads every slot, so the totals are right whichever
 worker answers. Each worker also publishes a snapshot of its Prometheus
 metrics there once a second, so that ``/metrics`` gives the whole server's
-counts whichever worker answers (see :mod:`openenv_ws.server.metrics`).
+counts whichever worker answers (see :mod:`openenv_ws.server.runtime.metrics`).
 """
 
 from __future__ import annotations

@@ -41,28 +41,21 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
-from ..protocol import ClientFrame, Open, decode_client_frame, encode
-from ._offload import build
-from .vsession import open_vector
+from ...protocol import ClientFrame, Open, decode_client_frame, encode
+from ..limits import setting_problem
+from ..runtime.offload import build
+from .replies import FrameReply, Reply
+from .server_session import ServerSession
+from .vector_envs import open_vector
 
-if TYPE_CHECKING:
-    from ._session import FrameReply, Reply, ServerSession
-
-__all__ = ["BUSY_WINDOW", "MAX_BUILDS_OFF_LOOP", "ColdOpens", "share_problem"]
+__all__ = ["BUSY_WINDOW", "MAX_BUILDS_OFF_LOOP", "ColdOpens"]
 
 #: Seconds after a step during which cold builds are paced.
 BUSY_WINDOW = 1.0
 #: Builds running at once off the event loop (``EnvPlugin.build_off_loop``).
 MAX_BUILDS_OFF_LOOP = 4
-
-
-def share_problem(share: float) -> str | None:
-    """What is wrong with `share` as the cold-build share, or None if it is fine."""
-    if 0 < share <= 1:
-        return None
-    return f"must be in (0, 1] (1: no pacing), got {share}"
 
 
 class ColdOpens:
@@ -72,7 +65,7 @@ class ColdOpens:
         share: the largest fraction of time spent in cold builds (1: no pacing).
         max_waiting: opens that may wait for their turn at once.
         factory: the sessions' environment factory; a
-            :class:`~openenv_ws.server.pool.WarmPool` tells which opens it
+            :class:`~openenv_ws.server.runtime.pool.WarmPool` tells which opens it
             serves warm (``ready``, ``misses``). Without one, every open builds.
         last_step: the :func:`~time.perf_counter` time of the last step served
             by any session of the process (None: always paced).
@@ -86,7 +79,7 @@ class ColdOpens:
         last_step: Callable[[], float] | None = None,
         deadline: float | None = None,
     ) -> None:
-        problem = share_problem(share)
+        problem = setting_problem("cold_open_share", share)
         if problem is not None:
             raise ValueError(f"cold-open share {problem}")
         if max_waiting < 0:

@@ -49,8 +49,8 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._hosts import is_loopback
-from ._asgi import ASGIApp, Receive, Scope, Send
+from ..._hosts import is_loopback
+from .asgi import ASGIApp, Receive, Scope, Send
 
 __all__ = [
     "AUTHENTICATED",

@@ -22,7 +22,7 @@ class :func:`guarded` makes, bounds that:
 - **Head cap.** A request head (request line and headers) larger than
   ``max_head_size`` bytes is answered **HTTP 431** and the connection
   closed; the parser never holds more than that plus one read.
-- **TLS from accept.** With TLS, the loop of :mod:`._tlsaccept` shows each
+- **TLS from accept.** With TLS, the loop of :mod:`.tlsaccept` shows each
   connection to its protocol at accept (``raw_made``), before its TLS
   handshake: it is counted, may be shed, and has the handshake deadline
   from then on, like a plain one (the deadline covers the TLS handshake).
@@ -50,11 +50,14 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from ..limits import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    DEFAULT_MAX_HEAD_SIZE,
+)
+
 __all__ = [
-    "DEFAULT_HANDSHAKE_TIMEOUT",
-    "DEFAULT_MAX_CONNECTIONS",
-    "DEFAULT_MAX_CONNECTIONS_PER_PEER",
-    "DEFAULT_MAX_HEAD_SIZE",
     "ConnectionGuard",
     "connection_cap",
     "fit_to_fd_limit",
@@ -63,14 +66,6 @@ __all__ = [
     "websocket_share",
 ]
 
-#: Seconds a connection has to send its request (and have its upgrade accepted).
-DEFAULT_HANDSHAKE_TIMEOUT = 10.0
-#: Connections a server process holds at once.
-DEFAULT_MAX_CONNECTIONS = 4096
-#: Connections one client address holds at once.
-DEFAULT_MAX_CONNECTIONS_PER_PEER = 1024
-#: Bytes of one request head (request line and headers).
-DEFAULT_MAX_HEAD_SIZE = 1 << 16
 #: Descriptors kept out of the connection cap (listening socket, logs, files, pipes).
 FD_HEADROOM = 64
 #: Refused connections that may linger at once, reading what the client still sends

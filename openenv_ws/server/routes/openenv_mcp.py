@@ -20,11 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import OpenEnvError
-from ..jsonview import MAX_JSON_DEPTH
-from ..openenv_dialect import dumps
-from ..protocol import Error
-from .http import JSON, http_status, read_body
+from ...errors import OpenEnvError
+from ...jsonview import MAX_JSON_DEPTH
+from ...openenv_dialect import dumps
+from ...protocol import Error
+from .fallback import JSON, http_status, read_body
 from .openenv_compat import OpenEnvCompat, OpenEnvSession, reply_data
 
 __all__ = ["OpenEnvMCP", "json_depth"]

@@ -4,7 +4,7 @@ When a connection drops without the session being closed, the session is
 *parked*: its environment stays as it is for a grace period, waiting for the
 client to come back on a new connection with the ``resume_token`` it got in
 ``opened``. After the grace period (a check of the process's
-:class:`~openenv_ws.server.expiry.Expiry`) it is closed and its slot freed.
+:class:`~openenv_ws.server.session.expiry.Expiry`) it is closed and its slot freed.
 
 A token is ``<session_id>.<secret>``: the session id finds the session, the
 secret (192 random bits) proves the caller is its client; it is compared in

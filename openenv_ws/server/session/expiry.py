@@ -3,10 +3,10 @@
 A server process has one :class:`Expiry`. Whatever may expire registers a
 *check* under a key with the time to run it (the event loop's clock): the
 WebSocket connections (one check sweeps them all: idle and open timeouts,
-see :class:`~openenv_ws.server.supervisor.Supervisor`), each parked session
-(its resume grace period, see :class:`~openenv_ws.server.resume.ResumeStore`)
+see :class:`~openenv_ws.server.session.supervisor.Supervisor`), each parked session
+(its resume grace period, see :class:`~openenv_ws.server.session.resume.ResumeStore`)
 and the HTTP sessions, the fallback's and OpenEnv's (one check for the
-least recently used, see :class:`~openenv_ws.server.http.HTTPSessionStore`).
+least recently used, see :class:`~openenv_ws.server.routes.fallback.HTTPSessionStore`).
 A check returns when to run it again, or None when it is done.
 
 Nothing is done per request: activity is recorded where it is cheap (a

@@ -1,11 +1,11 @@
 """The message loop of one WebSocket connection: each request to its session, each reply back.
 
 :func:`run` serves an accepted connection until it ends: it registers a
-:class:`~openenv_ws.server.supervisor.Link` with the process's
-:class:`~openenv_ws.server.supervisor.Supervisor`, hands every message to the
+:class:`~openenv_ws.server.session.supervisor.Link` with the process's
+:class:`~openenv_ws.server.session.supervisor.Supervisor`, hands every message to the
 link's session (inline, on the session's worker thread, or after its turn to
-build, see :mod:`openenv_ws.server._offload` and
-:mod:`openenv_ws.server._pacing`), sends the reply, and when the supervisor
+build, see :mod:`openenv_ws.server.runtime.offload` and
+:mod:`openenv_ws.server.session.pacing`), sends the reply, and when the supervisor
 ends the link (idle, drain, takeover) sends the last words.
 
 Protocol v1 messages carry bytes (``"bytes"``), served by
@@ -23,12 +23,12 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from .._shm import ServerRegion
-from ..protocol import ServerFrame, encode
-from ._asgi import Message, Receive, Scope, Send
-from ._fastws import DIRECT
-from ._offload import call
-from ._session import CloseRequest
+from ..._shm import ServerRegion
+from ...protocol import ServerFrame, encode
+from ..transport.asgi import Message, Receive, Scope, Send
+from ..transport.fastws import DIRECT
+from .calls import call
+from .replies import CloseRequest
 from .supervisor import DRAIN, DRAIN_WINDOW, IDLE, TAKEOVER, UNOPENED, Link, Supervisor
 
 __all__ = ["run", "serve"]
@@ -56,7 +56,7 @@ async def run(
         native: says whether the connection speaks protocol v1 as it is
             (not a dialect translated by `receive`/`send`); only then may
             its requests be served inline by the WebSocket protocol (see
-            :mod:`openenv_ws.server._fastws`). None: always.
+            :mod:`openenv_ws.server.transport.fastws`). None: always.
         shared: the client's shared region for observations (mapped from
             the handshake offer); the session uses it once the connection
             is known to speak protocol v1.

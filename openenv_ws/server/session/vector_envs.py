@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .._shm import MIN_SHARED_BYTES
-from ..brief import brief, brief_keys
-from ..environment import (
+from ..._shm import MIN_SHARED_BYTES, ServerRegion
+from ...brief import brief, brief_keys
+from ...environment import (
     BatchResult,
     DiscreteSpec,
     EnvFactory,
@@ -30,8 +30,8 @@ from ..environment import (
     VectorEnvironment,
     VectorFactory,
 )
-from ..errors import EnvConfigError, InvalidAction, InvalidState, ProtocolError
-from ..protocol import (
+from ...errors import EnvConfigError, InvalidAction, InvalidState, ProtocolError
+from ...protocol import (
     Batch,
     ClientFrame,
     GetState,
@@ -44,13 +44,19 @@ from ..protocol import (
     StateReply,
     Step,
 )
-from ..wire.compress import MIN_COMPRESSED_BYTES
+from ...wire.compress import MIN_COMPRESSED_BYTES, ObsPacker
 from .serial import SerialVectorEnvironment
 
-if TYPE_CHECKING:
-    from ._session import ServerSession
+__all__ = ["BatchOutlet", "VectorSession", "check_num_envs", "open_vector"]
 
-__all__ = ["VectorSession", "check_num_envs", "open_vector"]
+
+class BatchOutlet(Protocol):
+    """What a vector session writes its batches through: the session that holds it
+    (its shared region and compression, and the step count it keeps)."""
+
+    steps: int
+    shared: ServerRegion | None
+    packer: ObsPacker | None
 
 
 def check_num_envs(num_envs: int, max_envs: int) -> int:
@@ -159,7 +165,7 @@ class VectorSession(Environment):
 
     # ------------------------------------------------------------------ requests
 
-    def dispatch(self, session: ServerSession, frame: ClientFrame) -> ServerFrame:
+    def dispatch(self, session: BatchOutlet, frame: ClientFrame) -> ServerFrame:
         """The reply to `frame` (any op but ``open`` and ``close``) of `session`.
 
         Raises:
@@ -219,7 +225,7 @@ class VectorSession(Environment):
 
     def _batch(
         self,
-        session: ServerSession,
+        session: BatchOutlet,
         rid: int,
         result: BatchResult,
         want_obs: bool,

@@ -1,6 +1,6 @@
 """Running the app under uvicorn with the settings measured fastest here.
 
-WebSockets are served by :class:`~openenv_ws.server._fastws.FastWebSocketProtocol`
+WebSockets are served by :class:`~openenv_ws.server.transport.fastws.FastWebSocketProtocol`
 (uvicorn's ``websockets-sansio``, its leanest implementation, with binary
 messages parsed, served and framed inline, optionally busy-polling) and uvloop
 is the event loop; permessage-deflate stays off (on loopback it costs about 3x
@@ -17,17 +17,11 @@ from typing import Any
 
 import uvicorn
 
-from ._fastws import DEFAULT_CONTROL_RATE, DEFAULT_WRITE_TIMEOUT, protocol_class
-from ._guard import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_CONNECTIONS_PER_PEER,
-    DEFAULT_MAX_HEAD_SIZE,
-    ConnectionGuard,
-    guarded,
-)
-from ._tlsaccept import loop_name, tls_loop
-from .drain import DrainingServer
+from ..limits import ServerLimits
+from .drain import DrainingServer, app_state
+from .fastws import protocol_class
+from .guard import ConnectionGuard, guarded
+from .tlsaccept import loop_name, tls_loop
 
 __all__ = ["ServerThread", "bind_socket", "tls_problem", "uvicorn_config"]
 
@@ -35,56 +29,49 @@ __all__ = ["ServerThread", "bind_socket", "tls_problem", "uvicorn_config"]
 def uvicorn_config(
     app: Any,
     *,
+    limits: ServerLimits | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
-    max_frame_size: int = 1 << 20,
-    ping_interval: float | None = 20.0,
-    ping_timeout: float | None = 20.0,
     log_level: str = "warning",
-    busy_poll: float = 0.0,
-    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
-    control_rate: float | None = DEFAULT_CONTROL_RATE,
-    max_connections: int | None = DEFAULT_MAX_CONNECTIONS,
-    max_connections_per_peer: int | None = DEFAULT_MAX_CONNECTIONS_PER_PEER,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    max_head_size: int | None = DEFAULT_MAX_HEAD_SIZE,
     **extra: Any,
 ) -> uvicorn.Config:
     """A uvicorn config for serving `app` (an ASGI app or an import string).
 
-    `busy_poll`: seconds the event loop keeps polling without sleeping after
-    each WebSocket message (0: off); for a server with a core of its own.
-    `write_timeout`: seconds a WebSocket peer may read nothing of what it is
-    sent before its connection is aborted; `control_rate`: pings and pongs a
-    peer may send per second before it is closed with 1008 (None: no limit).
-    `max_connections`, `max_connections_per_peer`, `handshake_timeout`,
-    `max_head_size`: the connection limits of
-    :class:`~openenv_ws.server._guard.ConnectionGuard` (None: no such limit);
-    with TLS (``ssl_certfile`` in `extra`) they hold from accept, before the
-    TLS handshake, and `handshake_timeout` bounds that handshake too (see
-    :mod:`~openenv_ws.server._tlsaccept`).
+    Its transport settings come from `limits` (default: those the app was made
+    with by ``create_app``, else the defaults): ``max_frame_size``, the
+    heartbeat, ``busy_poll``, ``write_timeout``, ``control_rate``, the
+    connection limits of :class:`~openenv_ws.server.transport.guard.ConnectionGuard`
+    and ``drain_timeout``. With TLS (``ssl_certfile`` in `extra`) the connection
+    limits hold from accept, before the TLS handshake, and ``handshake_timeout``
+    bounds that handshake too (see :mod:`~openenv_ws.server.transport.tlsaccept`).
     """
+    if limits is None:
+        limits = app_state(app, "limits", ServerLimits) or ServerLimits()
     guard = ConnectionGuard(
-        max_connections=max_connections,
-        max_per_peer=max_connections_per_peer,
-        handshake_timeout=handshake_timeout,
-        max_head_size=max_head_size,
+        max_connections=limits.max_connections,
+        max_per_peer=limits.max_connections_per_peer,
+        handshake_timeout=limits.handshake_timeout,
+        max_head_size=limits.max_head_size,
     )
     # uvicorn takes a loop class as well as a name: with TLS, a class.
-    loop: Any = tls_loop(handshake_timeout) if extra.get("ssl_certfile") else loop_name()
+    tls = extra.get("ssl_certfile")
+    loop: Any = tls_loop(limits.handshake_timeout) if tls else loop_name()
+    extra.setdefault("timeout_graceful_shutdown", limits.drain_timeout)
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         http=guarded(guard),
         ws=protocol_class(
-            busy_poll=busy_poll, write_timeout=write_timeout, control_rate=control_rate
+            busy_poll=limits.busy_poll,
+            write_timeout=limits.write_timeout,
+            control_rate=limits.control_rate,
         ),
         loop=loop,
         ws_per_message_deflate=False,
-        ws_max_size=max_frame_size,
-        ws_ping_interval=ping_interval,
-        ws_ping_timeout=ping_timeout,
+        ws_max_size=limits.max_frame_size,
+        ws_ping_interval=limits.ping_interval,
+        ws_ping_timeout=limits.ping_timeout,
         lifespan="on",
         log_level=log_level,
         access_log=False,
@@ -155,9 +142,20 @@ class ServerThread:
 
         with ServerThread(create_app(fake_factory)) as server:
             client = EnvClient(server.url)
+
+    The transport is set by `limits` (default: the app's, see :func:`uvicorn_config`);
+    other keywords go to uvicorn (``ssl_certfile``, ...).
     """
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, **config: Any) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        limits: ServerLimits | None = None,
+        **config: Any,
+    ) -> None:
         self._sock = bind_socket(host, port)
         self.host = host
         #: Whether the server speaks TLS (``ssl_certfile`` given): its URLs are wss/https.
@@ -165,7 +163,7 @@ class ServerThread:
         self.port: int = self._sock.getsockname()[1]
         # Stopping drains like SIGTERM does: sessions get ``shutting_down`` and 1001.
         self.server: uvicorn.Server = DrainingServer(
-            uvicorn_config(app, host=host, port=self.port, **config)
+            uvicorn_config(app, limits=limits, host=host, port=self.port, **config)
         )
         self._thread = threading.Thread(
             target=self._run, name=f"openenv-ws-server:{self.port}", daemon=True

@@ -1,7 +1,7 @@
 """Supervision of a server process's WebSocket sessions: idle timeout, resume, drain, metrics.
 
 Every WebSocket connection gets a :class:`Link` and is served by the message
-loop of :mod:`openenv_ws.server.connection`. The :class:`Supervisor` of a
+loop of :mod:`openenv_ws.server.session.connection`. The :class:`Supervisor` of a
 server process knows every link and every resumable session, so it can
 
 - close connections on which no request arrived within the idle timeout
@@ -21,7 +21,7 @@ half. To wake a waiting link, the supervisor cancels its task; the link then
 takes the messages that had already arrived before acting.
 
 **Replies are replayed, never recomputed.** Each resumable session keeps its
-last request and reply (:class:`~openenv_ws.server.replay.ReplayCache`). The
+last request and reply (:class:`~openenv_ws.server.session.replay.ReplayCache`). The
 first request on a resumed connection that is byte-identical to that last
 request (the client re-sent a request whose reply it never saw) is answered
 with the stored reply, so a step is applied at most once whatever the moment
@@ -37,18 +37,19 @@ from collections.abc import AsyncIterator
 from time import perf_counter
 from typing import Any
 
-from .._logsafe import redact_credentials
-from ..environment import EnvFactory
-from ..protocol import ClientFrame, Error, Open, SessionState
-from ._asgi import Scope
-from ._pacing import ColdOpens
-from ._session import CloseRequest, FrameReply, Reply, ServerSession
-from .auth import AUTHENTICATED, token_matches
+from ..._logsafe import redact_credentials
+from ...environment import EnvFactory
+from ...protocol import ClientFrame, Error, Open, SessionState
+from ..runtime.metrics import ServerMetrics
+from ..transport.asgi import Scope
+from ..transport.auth import AUTHENTICATED, token_matches
+from .admission import SessionRegistry
 from .expiry import Expiry
-from .metrics import ServerMetrics
-from .registry import SessionRegistry
+from .pacing import ColdOpens
 from .replay import ReplayCache
+from .replies import CloseRequest, FrameReply, Reply
 from .resume import ResumeStore
+from .server_session import ServerSession
 
 __all__ = [
     "DRAIN",

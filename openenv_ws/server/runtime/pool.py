@@ -39,9 +39,9 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from .._logsafe import escape_controls
-from ..environment import EnvFactory, Environment, VectorFactory
-from ..footprint import session_footprint
+from ..._logsafe import escape_controls
+from ...environment import EnvFactory, Environment, VectorFactory
+from ...footprint import session_footprint
 
 __all__ = ["POOL_SHARE", "KeyFunction", "WarmPool", "json_key", "normalized_key"]
 

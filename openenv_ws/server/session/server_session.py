@@ -12,16 +12,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
-
-from .._shm import MIN_SHARED_BYTES, ServerRegion, Slot
-from ..environment import ArraySpec, EnvFactory, Environment, EnvResult
-from ..errors import EnvConfigError, InvalidState, OpenEnvError, ProtocolError
-from ..footprint import DEFAULT_FOOTPRINT, Footprint, session_footprint
-from ..palette import indexed_shape
-from ..protocol import (
+from ..._shm import ServerRegion, Slot
+from ...environment import EnvFactory, Environment, EnvResult
+from ...errors import EnvConfigError, InvalidState, OpenEnvError, ProtocolError
+from ...footprint import DEFAULT_FOOTPRINT, Footprint, session_footprint
+from ...protocol import (
     ERRORS,
     SUPPORTED_VERSIONS,
     ClientFrame,
@@ -35,7 +32,6 @@ from ..protocol import (
     Restore,
     Result,
     Send,
-    ServerFrame,
     SessionMachine,
     SessionState,
     Snapshot,
@@ -48,38 +44,27 @@ from ..protocol import (
     error_frame,
     parse_step,
 )
-from ..spaces import plain
-from ..wire.compress import MIN_COMPRESSED_BYTES, ObsPacker, choose, mode_name
-from ._offload import Worker, close_quietly
+from ...spaces import plain
+from ...wire.compress import ObsPacker, choose, mode_name
+from ..runtime.offload import Worker, close_quietly
 from .replay import ReplayCache
-from .vsession import VectorSession, check_num_envs, open_vector
+from .replies import (
+    CloseRequest,
+    FrameReply,
+    Reply,
+    ResultFields,
+    encoded,
+    obs_layout,
+    result_fields,
+)
+from .vector_envs import VectorSession, check_num_envs, open_vector
 
-__all__ = ["CloseRequest", "FrameReply", "Reply", "ServerSession", "encoded"]
+__all__ = ["ServerSession"]
 
 logger = logging.getLogger("openenv_ws.server")
 
 
-class CloseRequest(NamedTuple):
-    """The server closes the socket after sending the reply: code and reason."""
-
-    code: int
-    reason: str
-
-
-#: A reply as bytes (WebSocket) and the close the session asks for, if any.
-Reply = tuple[bytes, CloseRequest | None]
-#: A reply as a frame object (HTTP, OpenEnv's dialect) and the close, if any.
-FrameReply = tuple[ServerFrame, CloseRequest | None]
-
-# obs, reward, terminated, truncated, done, info: a ``result`` frame after its id.
-ResultFields = tuple[Any, float, bool, bool, bool, dict[str, Any]]
-
 _NORMAL_CLOSE = CloseRequest(1000, "session closed")
-
-
-def encoded(reply: FrameReply) -> Reply:
-    """A frame reply as bytes."""
-    return encode(reply[0]), reply[1]
 
 
 class ServerSession:
@@ -104,16 +89,16 @@ class ServerSession:
 
     When the session ends, its environment is closed, or handed to the
     factory's ``give_back(config, env)`` if it has one (a
-    :class:`~openenv_ws.server.pool.WarmPool` does) and the environment never
+    :class:`~openenv_ws.server.runtime.pool.WarmPool` does) and the environment never
     raised an unexpected error.
 
     A session whose environment is not :attr:`~openenv_ws.environment.Environment.inline`
     has its requests served on a worker thread by
-    :func:`openenv_ws.server._offload.call`; while one is (:attr:`busy`),
+    :func:`openenv_ws.server.session.calls.call`; while one is (:attr:`busy`),
     closing it and replacing its shared region wait until that call returns.
 
     An ``open`` with ``num_envs`` makes a vector session (SPEC section 21):
-    its environment is a :class:`~.vsession.VectorSession`, which answers
+    its environment is a :class:`~.vector_envs.VectorSession`, which answers
     every request but ``open`` and ``close``; the step loop never sees it.
     """
 
@@ -198,7 +183,7 @@ class ServerSession:
         self._into: tuple[Any, ...] | None = None
         #: Requests may be served inline (on the caller's thread): the environment's
         #: calls are bounded. False until the session is open (an open may have to
-        #: wait for its turn to build, see :mod:`openenv_ws.server._pacing`).
+        #: wait for its turn to build, see :mod:`openenv_ws.server.session.pacing`).
         self.inline = False
         #: A request is being served on the worker thread.
         self.busy = False
@@ -443,7 +428,7 @@ class ServerSession:
         if shared is not None and want_obs:
             into = self._into
             if into is None:
-                into = self._into = _obs_layout(env, self.palette is not None)
+                into = self._into = obs_layout(env, self.palette is not None)
             if into:
                 slot = shared.reserve(into)
         if slot is None:
@@ -464,7 +449,7 @@ class ServerSession:
         packer = self.packer
         if key and packer is not None:
             packer.key()
-        return _result(result, done, self.shared, slot, packer)
+        return result_fields(result, done, self.shared, slot, packer)
 
     def open_refusal(self, frame: Open) -> tuple[str, str] | None:
         """Why :meth:`serve_open` would refuse `frame` before building an environment
@@ -608,45 +593,3 @@ class ServerSession:
             self._admitted = False
             if self._release is not None:
                 self._release(self)
-
-
-def _obs_layout(env: Environment, indexed: bool) -> tuple[Any, ...]:
-    """(shape, dtype) for ``env.step(..., out=)``, or () if the environment cannot take one."""
-    spec = env.spec.observation
-    if not env.writes_obs_into or not isinstance(spec, ArraySpec):
-        return ()
-    if indexed:  # palette indices: the RGB shape without its last axis
-        return (indexed_shape(spec.shape), np.dtype(np.uint8))
-    return (spec.shape, np.dtype(spec.dtype))
-
-
-def _result(
-    r: EnvResult,
-    done: bool,
-    shared: ServerRegion | None,
-    slot: Slot | None = None,
-    packer: ObsPacker | None = None,
-) -> ResultFields:
-    """The fields of a ``result`` after `rid`: an observation in the region goes by
-    name, one sent inline in a compressed session goes compressed."""
-    obs: Any = r.obs
-    if slot is not None and obs is slot.view:
-        obs = slot.name  # written in place: a SharedArray, encoded as ext type 2
-    elif shared is not None:
-        kind = type(obs)
-        if kind is np.ndarray:
-            if obs.nbytes >= MIN_SHARED_BYTES:
-                obs = shared.put(obs) or obs
-        elif kind is dict or kind is list:  # structured (SPEC section 22)
-            obs = shared.put_within(obs)
-    if packer is not None and type(obs) is np.ndarray and obs.nbytes >= MIN_COMPRESSED_BYTES:
-        obs = packer.pack(obs)
-    reward = r.reward
-    return (
-        obs,
-        reward if type(reward) is float else float(reward),
-        bool(r.terminated),
-        bool(r.truncated),
-        done,
-        r.info,
-    )

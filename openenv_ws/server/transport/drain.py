@@ -3,7 +3,7 @@
 uvicorn's own shutdown closes every WebSocket at once with 1012 and drops the
 requests that have arrived but not been served. :class:`DrainingServer`
 first stops accepting connections, then lets the app's
-:class:`~openenv_ws.server.supervisor.Supervisor` serve what already arrived
+:class:`~openenv_ws.server.session.supervisor.Supervisor` serve what already arrived
 and close each session with ``shutting_down`` and 1001, and only then runs
 uvicorn's shutdown. After a graceful shutdown the process exits with status 0
 (uvicorn re-raises the signal, which would end the process with -15).
@@ -16,27 +16,40 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import uvicorn
 
-from .supervisor import Supervisor
+__all__ = ["Drainable", "DrainingServer", "app_state", "find_supervisor"]
 
-__all__ = ["DrainingServer", "find_supervisor"]
+T = TypeVar("T")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def find_supervisor(app: Any) -> Supervisor | None:
-    """The supervisor of an app made by ``create_app``, looking through ASGI wrappers."""
+@runtime_checkable
+class Drainable(Protocol):
+    """What drains an app's sessions (its :class:`~openenv_ws.server.session.supervisor.Supervisor`)."""
+
+    async def drain(self, timeout: float | None = None) -> None: ...
+
+
+def app_state(app: Any, name: str, kind: type[T]) -> T | None:
+    """``app.state.<name>`` of an app made by ``create_app`` if it is a `kind`, looking
+    through ASGI wrappers (their ``app`` attribute); None if there is none."""
     seen = 0
     while app is not None and seen < 16:
-        supervisor = getattr(getattr(app, "state", None), "supervisor", None)
-        if isinstance(supervisor, Supervisor):
-            return supervisor
+        value = getattr(getattr(app, "state", None), name, None)
+        if isinstance(value, kind):
+            return value
         app = getattr(app, "app", None)
         seen += 1
     return None
+
+
+def find_supervisor(app: Any) -> Drainable | None:
+    """The supervisor of an app made by ``create_app``, looking through ASGI wrappers."""
+    return app_state(app, "supervisor", Drainable)  # type: ignore[type-abstract]
 
 
 class DrainingServer(uvicorn.Server):

@@ -65,19 +65,16 @@ from typing import Any, cast
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
-from ..wire.framing import OP_BINARY, FrameError, apply_mask, frame_head, parse_head
+from ...wire.framing import OP_BINARY, FrameError, apply_mask, frame_head, parse_head
+from ..limits import DEFAULT_CONTROL_RATE, DEFAULT_WRITE_TIMEOUT, setting_problem
 
 __all__ = [
-    "DEFAULT_CONTROL_RATE",
-    "DEFAULT_WRITE_TIMEOUT",
     "DIRECT",
     "PARSER_FRAMES_PER_TURN",
     "BusyPoll",
     "FastWebSocketProtocol",
-    "busy_poll_problem",
     "busy_polling",
     "protocol_class",
-    "transport_limits_problem",
 ]
 
 logger = logging.getLogger("openenv_ws.server")
@@ -89,10 +86,6 @@ DIRECT = "openenv_ws.direct"
 #: ``close`` is None or a ``(code, reason)`` pair sent after the reply.
 DirectHandler = Callable[[bytes], "tuple[bytes, tuple[int, str] | None] | None"]
 
-#: Seconds a peer may leave what it is sent unread before its connection is aborted.
-DEFAULT_WRITE_TIMEOUT = 30.0
-#: Pings and pongs a peer may send per second (and in one burst) before it is closed with 1008.
-DEFAULT_CONTROL_RATE = 100.0
 #: Frames one connection hands the websockets parser per loop iteration.
 PARSER_FRAMES_PER_TURN = 16
 
@@ -527,27 +520,6 @@ class _BusyPolling(FastWebSocketProtocol):
         self._poller.touch()
 
 
-def busy_poll_problem(window: float) -> str | None:
-    """What is wrong with `window` as a busy-poll window, or None if it is fine."""
-    if 0 <= window <= MAX_BUSY_POLL:
-        return None
-    return f"must be between 0 and {MAX_BUSY_POLL:g} seconds, got {window}"
-
-
-def transport_limits_problem(
-    *, write_timeout: float | None, control_rate: float | None
-) -> str | None:
-    """What is wrong with these limits (None: no limit), or None if they are fine."""
-    if write_timeout is not None and not write_timeout > 0:
-        return f"the write timeout (--write-timeout) must be above 0 s, got {write_timeout:g}"
-    if control_rate is not None and not control_rate >= 1:
-        return (
-            "the control-frame rate (--control-frame-rate) must be at least 1 per second, "
-            f"got {control_rate:g}"
-        )
-    return None
-
-
 def protocol_class(
     *,
     busy_poll: float = 0.0,
@@ -566,12 +538,14 @@ def protocol_class(
     Raises:
         ValueError: a setting is out of range.
     """
-    problem = busy_poll_problem(busy_poll)
-    if problem is not None:
-        raise ValueError(f"busy poll {problem}")
-    problem = transport_limits_problem(write_timeout=write_timeout, control_rate=control_rate)
-    if problem is not None:
-        raise ValueError(problem)
+    for name, value in (
+        ("busy_poll", busy_poll),
+        ("write_timeout", write_timeout),
+        ("control_rate", control_rate),
+    ):
+        problem = setting_problem(name, value)
+        if problem is not None:
+            raise ValueError(f"{name.replace('_', ' ')} {problem}")
     if (busy_poll, write_timeout, control_rate) == (
         0.0,
         DEFAULT_WRITE_TIMEOUT,
@@ -591,7 +565,3 @@ def protocol_class(
 def busy_polling(window: float) -> type[FastWebSocketProtocol]:
     """The protocol class for a server that busy-polls `window` seconds after each message."""
     return protocol_class(busy_poll=window)
-
-
-#: Longest busy-poll window accepted, in seconds.
-MAX_BUSY_POLL = 10.0

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..autoreset import SESSION_AUTORESET_MODES, Autoreset
-from ..environment import (
+from ...autoreset import SESSION_AUTORESET_MODES, Autoreset
+from ...environment import (
     ArraySpec,
     BatchResult,
     EnvFactory,
@@ -25,7 +25,7 @@ from ..environment import (
     VectorEnvironment,
     check_batch_obs,
 )
-from ..errors import EnvConfigError
+from ...errors import EnvConfigError
 
 __all__ = ["SerialVectorEnvironment", "stack_infos"]
 

@@ -15,7 +15,7 @@ code as protocol v1:
   other (idle timeout, draining, metrics), with frame objects (nothing is
   encoded to be decoded again).
 - **HTTP** ``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``,
-  ``GET /metadata`` (and ``POST /mcp``, see :mod:`openenv_ws.server.openenv_mcp`): stateful per client. ``POST /reset`` without a session
+  ``GET /metadata`` (and ``POST /mcp``, see :mod:`openenv_ws.server.routes.openenv_mcp`): stateful per client. ``POST /reset`` without a session
   opens one and sets the cookie :data:`COOKIE` (``requests.Session``, used
   inside OpenEnv's HTTP clients, sends it back); later calls with the cookie
   reach the same environment, never another client's. Abandoned sessions
@@ -38,9 +38,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..brief import brief, brief_keys
-from ..errors import OpenEnvError, ProtocolError
-from ..openenv_dialect import (
+from ...brief import brief, brief_keys
+from ...errors import OpenEnvError, ProtocolError
+from ...openenv_dialect import (
     action_from_openenv,
     dumps,
     legal_actions,
@@ -52,7 +52,7 @@ from ..openenv_dialect import (
     schema_payload,
     state_payload,
 )
-from ..protocol import (
+from ...protocol import (
     ClientFrame,
     Closed,
     Error,
@@ -65,9 +65,10 @@ from ..protocol import (
     encode,
     error_frame,
 )
-from ._asgi import Message
-from ._session import CloseRequest, ServerSession
-from .http import JSON, HTTPSessionStore, http_status, read_body
+from ..session.replies import CloseRequest
+from ..session.server_session import ServerSession
+from ..transport.asgi import Message
+from .fallback import JSON, HTTPSessionStore, http_status, read_body
 
 __all__ = [
     "COOKIE",
@@ -422,7 +423,7 @@ class OpenEnvCompat:
 
     def routes(self) -> list[BaseRoute]:
         """``POST /reset``, ``POST /step``, ``GET /state``, ``GET /schema``, ``GET /metadata``
-        (``POST /mcp`` is :mod:`openenv_ws.server.openenv_mcp`'s)."""
+        (``POST /mcp`` is :mod:`openenv_ws.server.routes.openenv_mcp`'s)."""
         return [
             Route("/reset", _refusing(self.http_reset), methods=["POST"]),
             Route("/step", _refusing(self.http_step), methods=["POST"]),

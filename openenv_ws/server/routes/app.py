@@ -14,22 +14,23 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from .. import __version__
-from .._shm import HEADER as SHM_HEADER
-from .._shm import ServerRegion, SharedMemoryRefused
-from ..environment import EnvFactory
-from ..protocol import WS_PATH
-from ..web import web_routes
-from . import connection
-from ._asgi import Receive, Scope, Send
-from .auth import HostCheck, OriginCheck, TokenAuth, scope_header
-from .http import HTTPSessionStore, http_routes
+from ... import __version__
+from ..._shm import HEADER as SHM_HEADER
+from ..._shm import ServerRegion, SharedMemoryRefused
+from ...environment import EnvFactory
+from ...protocol import WS_PATH
+from ...web import web_routes
+from ..limits import ServerLimits
+from ..runtime.pool import POOL_SHARE, WarmPool
+from ..runtime.workers import WorkerBoard
+from ..session import connection
+from ..session.admission import SessionRegistry
+from ..session.supervisor import Supervisor
+from ..transport.asgi import Receive, Scope, Send
+from ..transport.auth import HostCheck, OriginCheck, TokenAuth, scope_header
+from .fallback import HTTPSessionStore, http_routes
 from .openenv_compat import OpenEnvCompat
 from .openenv_mcp import OpenEnvMCP
-from .pool import POOL_SHARE, WarmPool
-from .registry import ServerLimits, SessionRegistry
-from .supervisor import Supervisor
-from .workers import WorkerBoard
 
 __all__ = ["ServerLimits", "SessionRegistry", "create_app"]
 
@@ -45,8 +46,8 @@ class SessionEndpoint:
 
     It talks ASGI directly rather than through Starlette's ``WebSocket``
     wrapper: the per-message work is one receive, one session call, one send.
-    The message loop lives in :mod:`openenv_ws.server.connection`; the
-    :class:`~openenv_ws.server.supervisor.Supervisor` handles idle timeouts,
+    The message loop lives in :mod:`openenv_ws.server.session.connection`; the
+    :class:`~openenv_ws.server.session.supervisor.Supervisor` handles idle timeouts,
     resumption and draining.
     """
 
@@ -132,28 +133,28 @@ def create_app(
         limits: per-process limits (sessions, frame size).
         web: serve the web page to watch or play a session (``/`` and ``/web/``).
         token: a bearer token every route but ``/health`` and every session
-            needs (see :mod:`openenv_ws.server.auth`); None: no authentication.
+            needs (see :mod:`openenv_ws.server.transport.auth`); None: no authentication.
         openenv_config: the environment config of sessions opened by OpenEnv's
             clients (its JSON dialect on ``/ws``, its HTTP routes), whose
-            requests carry none (see :mod:`openenv_ws.server.openenv_compat`).
-        pool: warm environments for new sessions (see :mod:`openenv_ws.server.pool`);
+            requests carry none (see :mod:`openenv_ws.server.routes.openenv_compat`).
+        pool: warm environments for new sessions (see :mod:`openenv_ws.server.runtime.pool`);
             it is started and closed with the app, and ``/health`` shows its counters.
         workers: this worker's slot in a multi-process server (see
-            :mod:`openenv_ws.server.workers`); ``/health`` then reports every worker.
+            :mod:`openenv_ws.server.runtime.workers`); ``/health`` then reports every worker.
         allowed_origins: browser origins (``scheme://host[:port]``, or ``*``)
             whose pages may use the server besides its own; a WebSocket
             handshake or a POST/DELETE with another ``Origin`` header is
-            refused with HTTP 403 (see :class:`~openenv_ws.server.auth.OriginCheck`).
+            refused with HTTP 403 (see :class:`~openenv_ws.server.transport.auth.OriginCheck`).
             Clients that are not browsers send none and are not affected.
         allowed_hosts: host names (``Host`` header, port ignored; ``*``: any)
             the server answers to besides ``localhost`` and IP addresses;
             requests naming another host get HTTP 403, against DNS rebinding
-            (see :class:`~openenv_ws.server.auth.HostCheck`).
+            (see :class:`~openenv_ws.server.transport.auth.HostCheck`).
 
     Returns:
         A Starlette app with ``WS /ws`` (protocol v1, and OpenEnv's dialect),
         ``GET /health``, ``GET /metrics`` (Prometheus), the HTTP fallback under
-        ``/v1/sessions`` (see :mod:`openenv_ws.server.http`), OpenEnv's HTTP
+        ``/v1/sessions`` (see :mod:`openenv_ws.server.routes.fallback`), OpenEnv's HTTP
         routes and, with `web`, the page's routes (see :mod:`openenv_ws.web`).
     """
     registry = SessionRegistry(limits or ServerLimits())
@@ -226,5 +227,6 @@ def create_app(
     app.add_middleware(HostCheck, allowed=allowed_hosts)
     app.state.registry = registry
     app.state.supervisor = supervisor
+    app.state.limits = registry.limits  # the transport settings uvicorn_config reads
     app.state.http_sessions = http_sessions
     return app

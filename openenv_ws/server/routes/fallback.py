@@ -23,11 +23,11 @@ format follows ``Accept``, else the request's format, else JSON. Every
 request is served by the same :class:`~openenv_ws.server.ServerSession` code
 as a WebSocket message; errors are ``error`` frames with the protocol's codes
 and the HTTP status of :data:`HTTP_STATUS`. Sessions idle for longer than the
-TTL are closed by the process's idle expiry (:mod:`openenv_ws.server.expiry`).
+TTL are closed by the process's idle expiry (:mod:`openenv_ws.server.session.expiry`).
 
 A request equal to the session's previous one, with a non-zero id, is a
 retry (the client lost the reply): it gets the same reply and is not applied
-again (the session's :class:`~openenv_ws.server.replay.ReplayCache`).
+again (the session's :class:`~openenv_ws.server.session.replay.ReplayCache`).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..environment import EnvFactory
-from ..errors import PayloadTooBig, ProtocolError
-from ..jsonview import client_frame_from_json, frame_to_json
-from ..protocol import (
+from ...environment import EnvFactory
+from ...errors import PayloadTooBig, ProtocolError
+from ...jsonview import client_frame_from_json, frame_to_json
+from ...protocol import (
     ERRORS,
     PROTOCOL_VERSION,
     ClientFrame,
@@ -60,12 +60,13 @@ from ..protocol import (
     encode,
     error_frame,
 )
-from ._offload import call
-from ._pacing import ColdOpens
-from ._session import FrameReply, ServerSession
-from .expiry import Expiry
-from .registry import SessionRegistry
-from .replay import ReplayCache
+from ..session.admission import SessionRegistry
+from ..session.calls import call
+from ..session.expiry import Expiry
+from ..session.pacing import ColdOpens
+from ..session.replay import ReplayCache
+from ..session.replies import FrameReply
+from ..session.server_session import ServerSession
 
 __all__ = [
     "HTTP_STATUS",
@@ -170,9 +171,6 @@ class HTTPSessionStore:
         limits = registry.limits
         ttl = limits.http_session_ttl
         unused_ttl = limits.http_unused_ttl
-        for name, value in (("http_session_ttl", ttl), ("http_unused_ttl", unused_ttl)):
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive seconds or None, got {value!r}")
         if ttl is not None and unused_ttl is not None:
             unused_ttl = min(ttl, unused_ttl)
         self.env_factory = env_factory
