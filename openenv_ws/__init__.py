@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 from .errors import *  # noqa: F403 - every error of the tree, as errors.__all__ lists them
 from .protocol import PROTOCOL_VERSION
-
-__version__ = "0.1.0"
+from .version import __version__
 
 #: The version, the protocol version, the vector-session client and every error
 #: of the one exception tree.

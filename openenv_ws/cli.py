@@ -249,8 +249,8 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
     from .protocol import PROTOCOL_VERSION
+    from .version import __version__
 
     parser = argparse.ArgumentParser(
         prog="openenv-ws", description=__doc__, formatter_class=_HelpFormatter

@@ -20,7 +20,7 @@ from ..protocol import ClientFrame, Result, ServerFrame, SnapshotData, StateRepl
 from ._core import DEFAULT, ClientCore, StepResult, action_value
 
 if TYPE_CHECKING:
-    from ..providers import ServerProvider
+    from ..providers._base import ServerProvider
 
 __all__ = ["BlockingSession", "Link", "Linked", "SessionFacts", "SessionOps", "on_local_server"]
 

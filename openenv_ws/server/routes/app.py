@@ -14,11 +14,11 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from ... import __version__
 from ..._shm import HEADER as SHM_HEADER
 from ..._shm import ServerRegion, SharedMemoryRefused
 from ...environment import EnvFactory
 from ...protocol import WS_PATH
+from ...version import __version__
 from ...web import web_routes
 from ..limits import ServerLimits
 from ..runtime.pool import POOL_SHARE, WarmPool
