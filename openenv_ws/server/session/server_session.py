@@ -132,6 +132,7 @@ class ServerSession:
         "resume_token",
         "session_id",
         "shared",
+        "single",
         "steps",
         "vector",
         "weight",
@@ -161,7 +162,11 @@ class ServerSession:
         self._release = release
         self._abandoned = abandoned
         self._admitted = False
-        self.env: Environment | None = None
+        #: What the session hosts: its environment, or its envs (:attr:`vector`); None
+        #: until it is open.
+        self.env: Environment | VectorSession | None = None
+        #: The environment of a single session (None for a vector session).
+        self.single: Environment | None = None
         self.machine = SessionMachine()
         self.session_id = uuid.uuid4().hex
         self.steps = 0
@@ -334,7 +339,7 @@ class ServerSession:
         self._next_shared.clear()
         self.use_shared(None)
         self.machine.closed()
-        env, self.env = self.env, None
+        env, single, self.env, self.single = self.env, self.single, None, None
         worker = self._worker
         if env is not None and env is self.vector and worker is not None:
             # A vector engine's teardown (its threads, its envs) is work too: on the thread.
@@ -345,8 +350,8 @@ class ServerSession:
         if env is not None:
             give_back = self._give_back
             try:
-                if give_back is not None and not self._broken:
-                    give_back(self._config, env)
+                if give_back is not None and not self._broken and single is not None:
+                    give_back(self._config, single)
                 else:
                     env.close()
             except Exception:
@@ -384,7 +389,7 @@ class ServerSession:
             return vector.dispatch(self, frame), None
         machine = self.machine
         machine.check(frame.OP)
-        env = self.env
+        env = self.single
         match frame:
             case Step(id=rid, action=action, obs=want_obs):
                 return Result(rid, *self._advance(action, want_obs)), None
@@ -421,7 +426,7 @@ class ServerSession:
 
     def _advance(self, action: Any, want_obs: bool) -> ResultFields:
         """Step the environment; the fields of the ``result`` (observation maybe in place)."""
-        env = self.env
+        env = self.single
         assert env is not None
         shared = self.shared
         slot = None
@@ -527,7 +532,7 @@ class ServerSession:
         self._config = dict(frame.config)
         try:
             if frame.num_envs is None:
-                self.env = self._build(dict(frame.config))
+                self.env = self.single = self._build(dict(frame.config))
             else:  # a vector session's envs are never pooled
                 self.env = self.vector = self._build_vector(frame)
                 self._give_back = None
@@ -537,8 +542,8 @@ class ServerSession:
         if not frame.structured:
             self._plain_only()
         self.inline = bool(getattr(self.env, "inline", False))
-        if frame.palette and self.vector is None:
-            self.palette = self.env.indexed_frames()
+        if frame.palette and self.single is not None:
+            self.palette = self.single.indexed_frames()
         preference, allow_delta = self.compression
         codec, delta = choose(frame.compress, frame.delta, preference, allow_delta=allow_delta)
         if codec is not None:
@@ -561,10 +566,10 @@ class ServerSession:
         spec = env.spec
         if plain(spec.observation, spec.action):
             return
-        self.env = self.vector = None
+        single, self.env, self.vector, self.single = self.single, None, None, None
         give_back = self._give_back
-        if give_back is not None:
-            give_back(self._config, env)
+        if give_back is not None and single is not None:
+            give_back(self._config, single)
         else:
             env.close()
         self._leave()

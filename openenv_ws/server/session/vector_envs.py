@@ -23,8 +23,6 @@ from ...environment import (
     BatchResult,
     DiscreteSpec,
     EnvFactory,
-    Environment,
-    EnvResult,
     EnvSpec,
     Pace,
     VectorEnvironment,
@@ -108,8 +106,9 @@ def _unsupported(op: str) -> InvalidState:
     return InvalidState(f"'{op}' is not supported in a vector session", code="unsupported")
 
 
-class VectorSession(Environment):
-    """A vector environment as the environment of its session, and the session's requests.
+class VectorSession:
+    """A vector environment hosted by a session (its spec, state and close, as a single
+    environment's), and the session's requests.
 
     Args:
         venv: the session's environments.
@@ -139,23 +138,11 @@ class VectorSession(Environment):
         self.batches = 0
         self.resets = 0
 
-    # ------------------------------------------------------------------ as an Environment
+    # ------------------------------------------------------------------ as a session's host
 
     @property
     def spec(self) -> EnvSpec:
         return self._spec
-
-    def reset(
-        self,
-        *,
-        seed: int | None = None,
-        episode_id: str | None = None,
-        options: Mapping[str, Any] | None = None,
-    ) -> EnvResult:
-        raise _unsupported("a single-env reset")
-
-    def step(self, action: Any, *, obs: bool = True) -> EnvResult:
-        raise _unsupported("a single-env step")
 
     def state(self) -> dict[str, Any]:
         return self._state()
