@@ -17,7 +17,7 @@ from typing import cast
 
 from ..errors import OpenEnvError
 from ..wire.framing import OP_BINARY
-from ._connection import ENDED, SEND, ClientConnection, ConnectionFacts, Signal
+from ._connection import ENDED, SEND, ClientConnection, ConnectionFacts
 from ._tls import tls_error
 
 __all__ = ["AsyncWebSocket"]
@@ -112,20 +112,12 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
     def _read(self) -> None:
         """Read every whole message received, answer pings, take a close frame."""
         conn = self.connection
-        while True:
-            out = conn.read_message(bytes)
-            if not isinstance(out, Signal):
-                if conn.keep(out):
-                    continue
-                out = ENDED
-            if out is SEND:
-                self._write(conn.data_to_send())
-                continue
-            if out is ENDED:
-                self._write(conn.data_to_send())
-                if self._transport is not None:
-                    self._transport.close()
-            break  # NEED_DATA
+        while (signal := conn.read_into_kept()) is SEND:
+            self._write(conn.data_to_send())
+        if signal is ENDED:
+            self._write(conn.data_to_send())
+            if self._transport is not None:
+                self._transport.close()
         self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -285,20 +285,20 @@ class BlockingWebSocket(ConnectionFacts):
         if conn.closed:
             raise conn.end_error()
         self._set_timeout(timeout)
-        return self._next_message(handler)
-
-    def _next_message(self, handler: Callable[[memoryview], T]) -> T:
-        conn = self.connection
         while True:
             out = conn.read_message(handler)
             if not isinstance(out, Signal):
                 return out
-            if out is NEED_DATA:
-                self._fill(conn.wanted)
-            elif out is SEND:
-                self._write(conn.data_to_send())
-            else:
-                self._ended()
+            self._carry_out(out)
+
+    def _carry_out(self, signal: Signal) -> None:
+        """Do what the connection's `signal` asks: read more, send its pong, or end."""
+        if signal is NEED_DATA:
+            self._fill(self.connection.wanted)
+        elif signal is SEND:
+            self._write(self.connection.data_to_send())
+        else:
+            self._ended()
 
     def _ended(self) -> NoReturn:
         """The connection ended while reading (a close frame, a violation): send what
@@ -323,9 +323,8 @@ class BlockingWebSocket(ConnectionFacts):
         self._set_timeout(0.0)
         self._nowait = True
         try:
-            while conn.keep(self._next_message(bytes)):
-                pass
-            self._ended()
+            while True:
+                self._carry_out(conn.read_into_kept())
         except _NotReady:
             pass
         finally:

@@ -175,9 +175,12 @@ def test_a_violation_fails_the_connection_with_its_code(
 
 
 def test_kept_messages_are_bounded_by_the_message_limit() -> None:
-    conn = opened(max_size=10)
-    assert conn.keep(b"a" * 6) and conn.buffered == 6 and not conn.between_messages
-    assert not conn.keep(b"b" * 6)
+    conn = opened(max_size=10, after=server_frame(2, b"a" * 6) + server_frame(9, b""))
+    assert conn.read_into_kept() is SEND and conn.data_to_send()  # the pong
+    assert conn.read_into_kept() is NEED_DATA
+    assert conn.kept_size == conn.buffered == 6 and not conn.between_messages
+    conn.receive_data(server_frame(2, b"b" * 6))
+    assert conn.read_into_kept() is ENDED
     ((opcode, payload),) = client_frames(conn.data_to_send())
     assert opcode == 8 and struct.unpack("!H", payload[:2])[0] == 1009
     assert conn.take_kept() == b"a" * 6 and conn.take_all_kept() == [b"b" * 6]
