@@ -37,7 +37,8 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         self.connection = connection
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._opened: asyncio.Future[None] = self._loop.create_future()
+        # Set once the handshake is answered, then None (a plain check per chunk after that).
+        self._opening: asyncio.Future[None] | None = self._loop.create_future()
         self._waiter: asyncio.Future[None] | None = None
         self._writable: asyncio.Future[None] | None = None
         self._gone: asyncio.Future[None] = self._loop.create_future()
@@ -79,9 +80,11 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
             raise tls_error(exc, url) from None
         except OSError as exc:
             raise conn.connect_failed(exc) from None
+        opening = ws._opening
+        assert opening is not None
         try:
             ws._write(ws.connection.handshake_request(headers or {}))
-            await ws._opened
+            await opening
         except BaseException:
             ws.abort()
             raise
@@ -98,15 +101,19 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
         if conn.closed:
             return  # closing: nothing more is read
         conn.receive_data(data)
-        opened = self._opened
-        if not opened.done():
+        opening = self._opening
+        if opening is not None:
             try:
                 if not conn.read_handshake():
                     return
             except OpenEnvError as exc:
-                opened.set_exception(exc)
+                self._opening = None
+                if not opening.done():
+                    opening.set_exception(exc)
                 return
-            opened.set_result(None)
+            self._opening = None
+            if not opening.done():
+                opening.set_result(None)
         self._read()
 
     def _read(self) -> None:
@@ -122,8 +129,9 @@ class AsyncWebSocket(asyncio.Protocol, ConnectionFacts):
 
     def connection_lost(self, exc: Exception | None) -> None:
         conn = self.connection
-        if not self._opened.done():
-            self._opened.set_exception(conn.handshake_ended())
+        opening, self._opening = self._opening, None
+        if opening is not None and not opening.done():
+            opening.set_exception(conn.handshake_ended())
         conn.lost(exc)
         if not self._gone.done():
             self._gone.set_result(None)
