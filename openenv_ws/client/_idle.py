@@ -31,15 +31,14 @@ import selectors
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import OpenEnvError
 
 if TYPE_CHECKING:
     from ._core import ClientCore
-    from ._ws import BlockingWebSocket
 
-__all__ = ["TICK", "CallGuard", "keep_alive", "read_last_words"]
+__all__ = ["TICK", "CallGuard", "Kept", "keep_alive", "read_last_words"]
 
 logger = logging.getLogger("openenv_ws.client")
 
@@ -69,15 +68,34 @@ class CallGuard:
         self.calls = 0
 
 
+class Kept(Protocol):
+    """What the keeper needs of a connection (:class:`~._ws.BlockingWebSocket` is one)."""
+
+    @property
+    def guard(self) -> CallGuard: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def url(self) -> str: ...
+
+    def fileno(self) -> int: ...
+
+    def serve_idle(self) -> None: ...
+
+    def take_unclaimed(self) -> list[bytes]: ...
+
+
 class _Keeper:
     """The thread that serves the idle connections of this process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._watched: weakref.WeakSet[BlockingWebSocket] = weakref.WeakSet()
+        self._watched: weakref.WeakSet[Kept] = weakref.WeakSet()
         self._thread: threading.Thread | None = None
 
-    def watch(self, ws: BlockingWebSocket) -> None:
+    def watch(self, ws: Kept) -> None:
         with self._lock:
             self._watched.add(ws)
             if self._thread is None:
@@ -93,8 +111,8 @@ class _Keeper:
         self._thread = None
 
     def _run(self) -> None:
-        seen: weakref.WeakKeyDictionary[BlockingWebSocket, int] = weakref.WeakKeyDictionary()
-        served: weakref.WeakKeyDictionary[BlockingWebSocket, int] = weakref.WeakKeyDictionary()
+        seen: weakref.WeakKeyDictionary[Kept, int] = weakref.WeakKeyDictionary()
+        served: weakref.WeakKeyDictionary[Kept, int] = weakref.WeakKeyDictionary()
         while True:
             with self._lock:
                 conns = [ws for ws in self._watched if not ws.closed]
@@ -122,7 +140,7 @@ class _Keeper:
             del idle, fresh
 
 
-def _readable(conns: list[BlockingWebSocket], timeout: float) -> list[BlockingWebSocket]:
+def _readable(conns: list[Kept], timeout: float) -> list[Kept]:
     """The connections among `conns` whose sockets become readable within `timeout` s."""
     if not conns:
         time.sleep(timeout)
@@ -138,7 +156,7 @@ def _readable(conns: list[BlockingWebSocket], timeout: float) -> list[BlockingWe
         return [key.data for key, _ in selector.select(timeout)]
 
 
-def _serve(ws: BlockingWebSocket, calls: int) -> None:
+def _serve(ws: Kept, calls: int) -> None:
     guard = ws.guard
     if not guard.lock.acquire(blocking=False):
         return  # a call has just started: it reads the socket itself
@@ -156,12 +174,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_keeper.forget_all)
 
 
-def keep_alive(ws: BlockingWebSocket) -> None:
+def keep_alive(ws: Kept) -> None:
     """Answer `ws`'s heartbeat pings whenever no call is using it, until it closes."""
     _keeper.watch(ws)
 
 
-def read_last_words(ws: BlockingWebSocket, core: ClientCore) -> None:
+def read_last_words(ws: Kept, core: ClientCore) -> None:
     """Check what the keeper kept from a connection that has closed since: a fatal
     error among it (the server's idle timeout, a drain) becomes ``core.closed_error``,
     which then tells the user why the session ended."""

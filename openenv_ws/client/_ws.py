@@ -1,15 +1,19 @@
 """A blocking RFC 6455 WebSocket client on a plain socket, built for latency.
 
-The step path of the synchronous client is: one ``sendall`` of a small masked
-frame, then ``recv_into`` straight into a reusable buffer until the reply is
-complete, then decode from a view of that buffer. No thread hop, no per-message
-buffer allocation, no extra copy of the payload. Reads are resumable: a timeout
-in the middle of a frame keeps what was read, so the next read continues it.
+The transport of a :class:`~._connection.ClientConnection` on a blocking
+socket: it reads into the connection's buffer, writes what the connection
+hands it, and adds the socket's parts (TLS, timeouts, busy polling, reads
+between calls for the heartbeat keeper). The step path of the synchronous
+client is: one ``sendall`` of a small masked frame, then ``recv_into`` straight
+into the reusable buffer until the reply is complete, then decode from a view
+of that buffer (in C where built: :meth:`BlockingWebSocket.exchange`). No
+thread hop, no per-message buffer allocation, no extra copy of the payload.
+Reads are resumable: a timeout in the middle of a frame keeps what was read,
+so the next read continues it.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import socket
@@ -18,35 +22,17 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import urlsplit
 
-from ..errors import (
-    ProtocolError,
-    RequestTimeout,
-    ServerUnavailable,
-    SessionClosed,
-    TLSError,
-)
+from ..errors import RequestTimeout, ServerUnavailable, TLSError
 from ..protocol import native_wire
-from ..wire.framing import (
-    OP_BINARY,
-    OP_CLOSE,
-    OP_PING,
-    OP_PONG,
-    Assembler,
-    FrameError,
-    close_payload,
-    parse_close,
-    parse_head,
-    serialize,
-)
-from ..wire.handshake import check_handshake_answer, handshake_request
+from ..wire.framing import OP_BINARY
+from ._connection import NEED_DATA, SEND, ClientConnection, ConnectionFacts, Signal
 from ._idle import CallGuard
-from ._tls import looks_like_tls, plain_to_tls, tls_error
+from ._tls import tls_error
 
 __all__ = ["NOT_READY", "BlockingWebSocket", "normalize_url"]
 
-_INITIAL_BUFFER = 1 << 18
 _MAX_NATIVE_REQUEST = 4096  # requests the C exchange sends (a step is ~30 bytes)
 T = TypeVar("T")
 
@@ -74,26 +60,6 @@ def normalize_url(url: str, path: str = "/ws") -> str:
     p = parts.path if parts.path not in ("", "/") else path
     query = f"?{parts.query}" if parts.query else ""
     return f"{scheme}://{parts.netloc}{p}{query}"
-
-
-class ConnectionFacts:
-    """What both client WebSockets tell about their connection."""
-
-    def __init__(self, url: str, max_size: int) -> None:
-        self.url = url
-        self.max_size = max_size
-        #: The handshake answer's headers (lower-case names).
-        self.response_headers: dict[str, str] = {}
-        self.closed = False
-        self.close_code: int | None = None
-        self.close_reason = ""
-
-
-def endpoint(url: str) -> tuple[SplitResult, bool, str, int]:
-    """A ws(s) URL's parts, whether it is secure, and the host and port to connect to."""
-    parts = urlsplit(url)
-    secure = parts.scheme == "wss"
-    return parts, secure, parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80)
 
 
 class BlockingWebSocket(ConnectionFacts):
@@ -135,77 +101,39 @@ class BlockingWebSocket(ConnectionFacts):
         guard: CallGuard | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__(url, max_size)
+        self.connection = conn = ClientConnection(url, max_size)
         self.busy_poll = busy_poll
         self.guard = guard if guard is not None else CallGuard()
-        # Messages read between calls (serve_idle), oldest first, for the next call.
-        self._unclaimed: collections.deque[bytes] = collections.deque()
-        self._unclaimed_size = 0
-        parts, secure, host, port = endpoint(url)
         self._timeout: float | None = open_timeout
         try:
-            sock = socket.create_connection((host, port), timeout=open_timeout)
+            sock = socket.create_connection((conn.host, conn.port), timeout=open_timeout)
         except OSError as exc:
-            raise ServerUnavailable(
-                f"cannot connect to {host}:{port} ({exc}); is the server running at {url}?"
-            ) from None
+            raise conn.connect_failed(exc) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if secure:
-            sock = _tls_handshake(sock, ssl_context, host, url)
+        if conn.secure:
+            sock = _tls_handshake(sock, ssl_context, conn.host, url)
         self._sock = sock
-        self._secure = secure
-        self._buf = bytearray(_INITIAL_BUFFER)
-        self._view = memoryview(self._buf)
-        self._start = 0
-        self._end = 0
-        self._assembler = Assembler(max_size)
         self._nowait = False
         try:
-            self._handshake(
-                parts.netloc,
-                (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
-                headers or {},
-            )
+            self._handshake(headers or {})
         except BaseException:
             self._abort()
             raise
         self._timeout = -1.0  # the handshake's timeout mode; the first read sets its own
 
-    # ------------------------------------------------------------------ handshake
-
-    def _handshake(self, netloc: str, target: str, headers: Mapping[str, str]) -> None:
-        request, key = handshake_request(netloc, target, headers)
+    def _handshake(self, headers: Mapping[str, str]) -> None:
+        conn = self.connection
         try:
-            self._sock.sendall(request)
-            head = self._read_http_head()
-        except TimeoutError:
-            raise ServerUnavailable(
-                f"no WebSocket handshake answer from {self.url} in time"
-            ) from None
+            self._sock.sendall(conn.handshake_request(headers))
+            while not conn.read_handshake():
+                n = self._sock.recv_into(conn.room(conn.end - conn.start + 1))
+                if n == 0:
+                    raise conn.handshake_ended()
+                conn.received(n)
         except (ServerUnavailable, TLSError):
             raise
         except OSError as exc:
-            raise ServerUnavailable(f"WebSocket handshake with {self.url} failed: {exc}") from None
-        self.response_headers = check_handshake_answer(head, key, self.url)
-
-    def _read_http_head(self) -> str:
-        while True:
-            end = self._buf.find(b"\r\n\r\n", 0, self._end)
-            if end >= 0:
-                head = bytes(self._buf[:end]).decode("latin-1")
-                self._start = end + 4
-                return head
-            if self._end > 65536:
-                raise ProtocolError("the handshake answer headers exceed 64 KiB")
-            n = self._sock.recv_into(self._view[self._end :])
-            if n == 0:
-                hint = "" if self._secure else "; if it serves TLS, connect with wss://"
-                raise ServerUnavailable(
-                    f"{self.url} closed the connection during the handshake{hint}"
-                )
-            if not self._secure and self._end == 0 and looks_like_tls(self._view[:n]):
-                raise plain_to_tls(self.url)
-            self._end += n
+            raise conn.handshake_failed(exc) from None
 
     # ------------------------------------------------------------------ I/O
 
@@ -213,7 +141,7 @@ class BlockingWebSocket(ConnectionFacts):
         if timeout == self._timeout:
             return
         self._timeout = timeout
-        if timeout == 0.0 or self._secure:
+        if timeout == 0.0 or self.connection.secure:
             self._sock.settimeout(timeout)
             return
         # Blocking mode with kernel timeouts: Python's own timeouts wait in poll()
@@ -228,9 +156,9 @@ class BlockingWebSocket(ConnectionFacts):
 
     def send(self, data: bytes, *, opcode: int = OP_BINARY) -> None:
         """Send one message (a single masked frame)."""
-        if self.closed:
-            raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
-        frame = serialize(opcode, data, mask=True)
+        self._write(self.connection.send(data, opcode))
+
+    def _write(self, frame: bytes) -> None:
         try:
             if self._timeout == 0.0:
                 # Non-blocking since recv_nowait: write what fits, wait for the rest.
@@ -244,7 +172,7 @@ class BlockingWebSocket(ConnectionFacts):
                 self._set_timeout(None)
             self._sock.sendall(frame)
         except OSError as exc:
-            self._lost(f"sending failed: {exc}")
+            self._lost(exc, sending=True)
 
     def exchange(self, request: bytes | None, *, timeout: float | None) -> tuple[Any, ...] | None:
         """Send `request` (None: nothing) and read one reply in C if it is a plain
@@ -253,12 +181,11 @@ class BlockingWebSocket(ConnectionFacts):
 
         Without the C module, or on TLS, this is :meth:`send` and None.
         """
+        conn = self.connection
         if (
             native_wire is None
-            or self._secure
-            or self.closed
-            or self._unclaimed
-            or self._assembler.active
+            or conn.secure
+            or not conn.between_messages
             or timeout == 0.0
             or (request is not None and len(request) > _MAX_NATIVE_REQUEST)
         ):
@@ -267,14 +194,14 @@ class BlockingWebSocket(ConnectionFacts):
             return None
         self._set_timeout(timeout)
         out: tuple[Any, ...]
-        self._start, self._end, out = native_wire.exchange(
-            self._buf,
-            self._start,
-            self._end,
+        conn.start, conn.end, out = native_wire.exchange(
+            conn.buf,
+            conn.start,
+            conn.end,
             self._sock.fileno(),
             request,
             self.busy_poll,
-            self.max_size,
+            conn.max_size,
         )
         status = out[0]
         if status == native_wire.OK:
@@ -284,9 +211,9 @@ class BlockingWebSocket(ConnectionFacts):
         if status == native_wire.TIMEOUT:
             raise self._timed_out()
         if status == native_wire.SEND_FAILED:
-            self._lost(f"sending failed: {OSError(out[1], os.strerror(out[1]))}")
+            self._lost(OSError(out[1], os.strerror(out[1])), sending=True)
         if status == native_wire.RECV_FAILED:
-            self._lost(f"receiving failed: {OSError(out[1], os.strerror(out[1]))}")
+            self._lost(OSError(out[1], os.strerror(out[1])))
         return None
 
     def _timed_out(self) -> RequestTimeout:
@@ -296,36 +223,38 @@ class BlockingWebSocket(ConnectionFacts):
         )
 
     def _fill(self, n: int) -> None:
-        """Make at least `n` unread bytes available in the buffer."""
-        while self._end - self._start < n:
-            if self._start + n > len(self._buf):
-                self._compact(n)
+        """Make at least `n` unread bytes available in the connection's buffer."""
+        conn = self.connection
+        while conn.end - conn.start < n:
+            room = conn.room(n)
             try:
                 if self._nowait:
-                    got = self._read_nowait()
+                    got = self._read_nowait(room)
                 else:
-                    got = self._spin() if self.busy_poll else -1
+                    got = self._spin(room) if self.busy_poll else -1
                     if got < 0:
-                        got = self._sock.recv_into(self._view[self._end :])
+                        got = self._sock.recv_into(room)
             except (TimeoutError, BlockingIOError):
                 # BlockingIOError here is SO_RCVTIMEO expiring on a blocking read.
                 raise self._timed_out() from None
             except OSError as exc:
-                self._lost(f"receiving failed: {exc}")
+                self._lost(exc)
+            finally:
+                room.release()
             if got == 0:
-                self._lost("the server closed the connection without a close frame")
-            self._end += got
+                self._lost(None)
+            conn.end += got
 
-    def _spin(self) -> int:
+    def _spin(self, room: memoryview) -> int:
         """Read without sleeping for up to ``busy_poll`` seconds; -1 if nothing came."""
-        sock, view, end = self._sock, self._view, self._end
+        sock = self._sock
         deadline = time.perf_counter() + self.busy_poll
-        if self._secure:  # an SSLSocket takes no flags: non-blocking for the spin
+        if self.connection.secure:  # an SSLSocket takes no flags: non-blocking for the spin
             sock.settimeout(0.0)
             try:
                 while True:
                     try:
-                        return sock.recv_into(view[end:])
+                        return sock.recv_into(room)
                     except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
                         if time.perf_counter() > deadline:
                             return -1
@@ -333,28 +262,16 @@ class BlockingWebSocket(ConnectionFacts):
                 sock.settimeout(self._timeout)
         while True:
             try:
-                return sock.recv_into(view[end:], 0, socket.MSG_DONTWAIT)
+                return sock.recv_into(room, 0, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 if time.perf_counter() > deadline:
                     return -1
 
-    def _read_nowait(self) -> int:
+    def _read_nowait(self, room: memoryview) -> int:
         try:
-            return self._sock.recv_into(self._view[self._end :])
+            return self._sock.recv_into(room)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             raise _NotReady from None
-
-    def _compact(self, need: int) -> None:
-        pending = self._end - self._start
-        if need > len(self._buf):
-            buf = bytearray(max(need, 2 * len(self._buf)))
-            buf[:pending] = self._view[self._start : self._end]
-            self._view.release()
-            self._buf = buf
-            self._view = memoryview(buf)
-        else:
-            self._buf[:pending] = self._buf[self._start : self._end]
-        self._start, self._end = 0, pending
 
     def recv(self, handler: Callable[[memoryview], T], *, timeout: float | None) -> T:
         """Receive one data message and return ``handler(view_of_message)``.
@@ -362,42 +279,33 @@ class BlockingWebSocket(ConnectionFacts):
         The view is only valid during the call. Control frames are answered
         in passing (ping -> pong) and a close frame raises :class:`SessionClosed`.
         """
-        if self._unclaimed:
-            data = self._unclaimed.popleft()
-            self._unclaimed_size -= len(data)
-            return handler(memoryview(data))
-        if self.closed:
-            raise SessionClosed(self.close_code, self.close_reason or "the connection is closed")
+        conn = self.connection
+        if conn.kept:
+            return handler(memoryview(conn.take_kept()))
+        if conn.closed:
+            raise conn.end_error()
         self._set_timeout(timeout)
-        return self._next_message(handler)
-
-    def _next_message(self, handler: Callable[[memoryview], T]) -> T:
         while True:
-            try:
-                head = parse_head(self._buf, self._start, self._end, False, self.max_size)
-            except FrameError as exc:
-                self._fail(exc.code, exc.reason)
-            if head is None or head[2] > self._end:
-                # Read on (the offsets may move), then parse the frame again.
-                self._fill(self._end - self._start + 1 if head is None else head[2] - self._start)
-                continue
-            first, begin, stop = head
-            payload = self._view[begin:stop]
-            try:
-                if first == 0x82 and not self._assembler.active:  # final binary: the common case
-                    return handler(payload)
-                opcode = first & 0x0F
-                if opcode < OP_CLOSE:
-                    message = self._assemble(opcode, first & 0x80, payload)
-                    if message is not None:
-                        return handler(memoryview(message))
-                elif opcode == OP_PING:
-                    self.send(bytes(payload), opcode=OP_PONG)
-                elif opcode == OP_CLOSE:
-                    self._on_close(bytes(payload))
-            finally:
-                payload.release()
-                self._start = stop
+            out = conn.read_message(handler)
+            if not isinstance(out, Signal):
+                return out
+            self._carry_out(out)
+
+    def _carry_out(self, signal: Signal) -> None:
+        """Do what the connection's `signal` asks: read more, send its pong, or end."""
+        if signal is NEED_DATA:
+            self._fill(self.connection.wanted)
+        elif signal is SEND:
+            self._write(self.connection.data_to_send())
+        else:
+            self._ended()
+
+    def _ended(self) -> NoReturn:
+        """The connection ended while reading (a close frame, a violation): send what
+        it left to send, end the socket, raise why."""
+        conn = self.connection
+        self._shut(conn.data_to_send(), 2.0 if conn.waits_for_server else None)
+        raise conn.end_error()
 
     def serve_idle(self) -> None:
         """Read what arrived while no call was reading, without waiting: answer pings,
@@ -409,17 +317,14 @@ class BlockingWebSocket(ConnectionFacts):
             ProtocolError: the server broke RFC 6455, or sent more unasked
                 messages than the client's message size limit.
         """
-        if self.closed:
+        conn = self.connection
+        if conn.closed:
             return
         self._set_timeout(0.0)
         self._nowait = True
         try:
             while True:
-                data = self._next_message(bytes)
-                self._unclaimed.append(data)
-                self._unclaimed_size += len(data)
-                if self._unclaimed_size > self.max_size:
-                    self._fail(1009, "the server sent more unasked messages than the client keeps")
+                self._carry_out(conn.read_into_kept())
         except _NotReady:
             pass
         finally:
@@ -427,10 +332,7 @@ class BlockingWebSocket(ConnectionFacts):
 
     def take_unclaimed(self) -> list[bytes]:
         """The messages :meth:`serve_idle` kept and no call has read yet (now removed)."""
-        out = list(self._unclaimed)
-        self._unclaimed.clear()
-        self._unclaimed_size = 0
-        return out
+        return self.connection.take_all_kept()
 
     def fileno(self) -> int:
         """The socket's file descriptor, to wait on several connections with ``selectors``."""
@@ -441,8 +343,9 @@ class BlockingWebSocket(ConnectionFacts):
         """Bytes read from the socket and not yet consumed as messages (those
         :meth:`serve_idle` kept, and those the TLS layer holds decrypted, included:
         a wait on the descriptor would not see the latter)."""
-        held = self._sock.pending() if self._secure else 0  # type: ignore[attr-defined]
-        return self._end - self._start + self._unclaimed_size + held
+        conn = self.connection
+        held = self._sock.pending() if conn.secure else 0  # type: ignore[attr-defined]
+        return conn.buffered + held
 
     def recv_nowait(self, handler: Callable[[memoryview], T]) -> T | Any:
         """Like :meth:`recv`, but never wait: :data:`NOT_READY` if no whole message is here.
@@ -460,48 +363,27 @@ class BlockingWebSocket(ConnectionFacts):
         finally:
             self._nowait = False
 
-    def _assemble(self, opcode: int, fin: int, payload: memoryview) -> bytes | None:
-        try:
-            whole = self._assembler.add(opcode, bool(fin), payload)
-        except FrameError as exc:
-            self._fail(exc.code, exc.reason)
-        return None if whole is None else whole[1]
-
-    def _on_close(self, payload: bytes) -> None:
-        try:
-            code, reason = parse_close(payload)
-        except FrameError as exc:
-            self._fail(exc.code, exc.reason)
-        if not self.closed:
-            with contextlib.suppress(OSError):
-                self._sock.sendall(serialize(OP_CLOSE, payload[:2], mask=True))
-        self.closed = True
-        self.close_code, self.close_reason = code, reason
+    def _lost(self, exc: OSError | None, *, sending: bool = False) -> NoReturn:
+        error = self.connection.lost(exc, sending=sending)
         self._abort()
-        raise SessionClosed(code, reason)
-
-    def _fail(self, code: int, reason: str) -> NoReturn:
-        self.close(code, reason[:120])
-        raise ProtocolError(reason)
-
-    def _lost(self, reason: str) -> None:
-        self.closed = True
-        self.close_code, self.close_reason = None, reason
-        self._abort()
-        raise SessionClosed(None, reason)
+        raise error
 
     def close(self, code: int = 1000, reason: str = "", *, timeout: float = 2.0) -> None:
         """Send a close frame, wait briefly for the server's, and shut the socket. Idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        self.close_code, self.close_reason = code, reason
+        frame = self.connection.close(code, reason)
+        if frame:
+            self._shut(frame, timeout)
+
+    def _shut(self, data: bytes, wait: float | None) -> None:
+        """Send `data` (a close frame), then wait up to `wait` seconds (None: not at
+        all) for the server to end the connection, and close the socket."""
         try:
-            self._sock.sendall(serialize(OP_CLOSE, close_payload(code, reason), mask=True))
-            self._sock.settimeout(timeout)
-            self._sock.shutdown(socket.SHUT_WR)
-            while self._sock.recv(65536):
-                pass
+            self._sock.sendall(data)
+            if wait is not None:
+                self._sock.settimeout(wait)
+                self._sock.shutdown(socket.SHUT_WR)
+                while self._sock.recv(65536):
+                    pass
         except OSError:
             pass
         self._abort()

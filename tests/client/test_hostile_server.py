@@ -42,8 +42,8 @@ from openenv_ws.wire.compress import CODECS, CompressedArray
 from openenv_ws.wire.native import encode_result
 
 from ..conftest import UNIT
-from .test_async_websocket import accept, frame
 from .test_native_wire import Scripted
+from .test_transports import accept, frame
 
 GIB = 10**9
 #: The most the tests let the client's peak RSS grow (the attacks aim at gigabytes).

@@ -45,7 +45,7 @@ from openenv_ws.wire.compress import ObsPacker
 from openenv_ws.wire.encode import layout
 
 from ..protocol.test_native_codec import result_reader_agrees
-from .test_async_websocket import accept, frame
+from .test_transports import accept, frame
 
 wire = protocol.native_wire
 pytestmark = pytest.mark.skipif(wire is None, reason="openenv_ws._wire is not built here")

@@ -23,8 +23,8 @@ from openenv_ws.server import ServerThread, create_app
 from openenv_ws.wire.compress import CompressedArray, ObsPacker
 from openenv_ws.wire.native import encode_result
 
-from ..client.test_async_websocket import frame
 from ..client.test_native_wire import Scripted
+from ..client.test_transports import frame
 from ..conftest import UNIT
 
 

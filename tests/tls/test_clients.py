@@ -245,9 +245,10 @@ def test_bytes_decrypted_inside_tls_count_as_buffered(
     try:
         # A read buffer the size of the first message: the second one, which came in
         # the same TLS record, stays inside the SSL object.
-        ws._buf = bytearray(42)
-        ws._view = memoryview(ws._buf)
-        ws._start = ws._end = 0
+        conn = ws.connection
+        conn.buf = bytearray(42)
+        conn.view = memoryview(conn.buf)
+        conn.start = conn.end = 0
         go.set()
         assert ws.recv(bytes, timeout=10 * UNIT) == b"a" * 40
         # The kernel holds nothing more; only the TLS layer does.

@@ -1,8 +1,11 @@
-"""The asyncio WebSocket under the async client, against a scripted raw server.
+"""Both client WebSocket transports, asyncio and blocking, against a scripted raw server.
 
 A real loopback TCP server answers the handshake and then writes exactly the
 frames a test wants (fragments, pings, violations, closes), in one write or
-dribbled byte by byte, and records what the client sends back.
+dribbled byte by byte, and records what the client sends back. Each test runs
+once per transport: both carry out the decisions of the one sans-I/O
+connection (:mod:`openenv_ws.client._connection`, tested alone in
+``test_connection.py``).
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import base64
 import hashlib
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from openenv_ws.client._aws import AsyncWebSocket
+from openenv_ws.client._ws import BlockingWebSocket
 from openenv_ws.errors import AuthError, ProtocolError, ServerUnavailable, SessionClosed
 from openenv_ws.wire.framing import apply_mask, frame_head, parse_head
 from openenv_ws.wire.handshake import GUID
@@ -53,6 +58,36 @@ def accept(head: bytes, status: str = "101 Switching Protocols", key_ok: bool = 
     ).encode()
 
 
+class Blocking:
+    """The blocking transport behind the asyncio one's methods (its calls run in a thread)."""
+
+    def __init__(self, ws: BlockingWebSocket) -> None:
+        self.ws = ws
+
+    @classmethod
+    async def connect(cls, url: str, *, max_size: int = 64 << 20) -> Blocking:
+        return cls(await asyncio.to_thread(BlockingWebSocket, url, max_size=max_size))
+
+    @property
+    def closed(self) -> bool:
+        return self.ws.closed
+
+    async def recv(self) -> bytes:
+        return await asyncio.to_thread(self.ws.recv, bytes, timeout=10)
+
+    async def send(self, data: bytes) -> None:
+        await asyncio.to_thread(self.ws.send, data)
+
+    async def close(self, *, timeout: float = 2.0) -> None:
+        await asyncio.to_thread(self.ws.close, timeout=timeout)
+
+
+@pytest.fixture(params=["asyncio", "blocking"])
+def transport(request: pytest.FixtureRequest) -> Any:
+    """The transport class under test (``connect``, ``recv``, ``send``, ``close``)."""
+    return AsyncWebSocket if request.param == "asyncio" else Blocking
+
+
 @pytest.fixture
 async def raw_server() -> AsyncIterator[Callable[[Script], Awaitable[str]]]:
     servers: list[asyncio.Server] = []
@@ -74,7 +109,7 @@ async def raw_server() -> AsyncIterator[Callable[[Script], Awaitable[str]]]:
         await server.wait_closed()
 
 
-async def test_fragments_pings_and_frames_with_the_answer(raw_server) -> None:  # type: ignore[no-untyped-def]
+async def test_fragments_pings_and_frames_with_the_answer(transport, raw_server) -> None:  # type: ignore[no-untyped-def]
     got: list[tuple[int, bytes]] = []
     done = asyncio.Event()
 
@@ -99,7 +134,7 @@ async def test_fragments_pings_and_frames_with_the_answer(raw_server) -> None:  
         done.set()
         await reader.read()
 
-    ws = await AsyncWebSocket.connect(await raw_server(script))
+    ws = await transport.connect(await raw_server(script))
     assert await ws.recv() == b"first"
     assert await ws.recv() == b"frag-mented!"
     assert await ws.recv() == b"x" * 70000
@@ -122,7 +157,7 @@ async def test_fragments_pings_and_frames_with_the_answer(raw_server) -> None:  
     ],
 )
 async def test_violations_close_with_their_code(
-    raw_server, bad: bytes, code: int, message: str
+    transport, raw_server, bad: bytes, code: int, message: str
 ) -> None:  # type: ignore[no-untyped-def]
     answer: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
 
@@ -132,7 +167,7 @@ async def test_violations_close_with_their_code(
         answer.set_result(await read_client_frame(reader))
         await reader.read()
 
-    ws = await AsyncWebSocket.connect(await raw_server(script), max_size=1024)
+    ws = await transport.connect(await raw_server(script), max_size=1024)
     assert await ws.recv() == b"ok"  # what came before the violation is delivered
     with pytest.raises(ProtocolError, match=message):
         await ws.recv()
@@ -144,7 +179,7 @@ async def test_violations_close_with_their_code(
         await ws.send(b"late")
 
 
-async def test_server_close_and_drop(raw_server) -> None:  # type: ignore[no-untyped-def]
+async def test_server_close_and_drop(transport, raw_server) -> None:  # type: ignore[no-untyped-def]
     echoed: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
 
     async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -153,7 +188,7 @@ async def test_server_close_and_drop(raw_server) -> None:  # type: ignore[no-unt
         await writer.drain()
         echoed.set_result(await read_client_frame(reader))
 
-    ws = await AsyncWebSocket.connect(await raw_server(closing))
+    ws = await transport.connect(await raw_server(closing))
     with pytest.raises(SessionClosed) as info:
         await ws.recv()
     assert (info.value.close_code, info.value.reason) == (1011, "it broke")
@@ -163,7 +198,7 @@ async def test_server_close_and_drop(raw_server) -> None:  # type: ignore[no-unt
         writer.write(accept(await reader.readuntil(b"\r\n\r\n")) + frame(2, b"last"))
         await writer.drain()
 
-    ws = await AsyncWebSocket.connect(await raw_server(dropping))
+    ws = await transport.connect(await raw_server(dropping))
     assert await ws.recv() == b"last"
     with pytest.raises(SessionClosed) as info:
         await ws.recv()
@@ -180,7 +215,7 @@ async def test_server_close_and_drop(raw_server) -> None:  # type: ignore[no-unt
     ],
 )
 async def test_refused_handshakes(
-    raw_server, status: str, key_ok: bool, error: type, message: str
+    transport, raw_server, status: str, key_ok: bool, error: type, message: str
 ) -> None:  # type: ignore[no-untyped-def]
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(accept(await reader.readuntil(b"\r\n\r\n"), status, key_ok))
@@ -188,19 +223,19 @@ async def test_refused_handshakes(
         await reader.read()
 
     with pytest.raises(error, match=message):
-        await AsyncWebSocket.connect(await raw_server(script))
+        await transport.connect(await raw_server(script))
 
 
-async def test_connection_dropped_during_handshake(raw_server) -> None:  # type: ignore[no-untyped-def]
+async def test_connection_dropped_during_handshake(transport, raw_server) -> None:  # type: ignore[no-untyped-def]
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 101 Switching")  # and gone
 
     with pytest.raises(ServerUnavailable, match="during the handshake"):
-        await AsyncWebSocket.connect(await raw_server(script))
+        await transport.connect(await raw_server(script))
 
 
-async def test_frames_right_behind_the_answer_are_kept_whole(raw_server) -> None:  # type: ignore[no-untyped-def]
+async def test_frames_right_behind_the_answer_are_kept_whole(transport, raw_server) -> None:  # type: ignore[no-untyped-def]
     tricky = b"\r\n\r\n looks like the end of an HTTP head"
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -210,12 +245,12 @@ async def test_frames_right_behind_the_answer_are_kept_whole(raw_server) -> None
         await writer.drain()
         await reader.read()
 
-    ws = await AsyncWebSocket.connect(await raw_server(script))
+    ws = await transport.connect(await raw_server(script))
     assert [await ws.recv() for _ in range(20)] == [tricky + bytes([i]) for i in range(20)]
     await ws.close(timeout=1)
 
 
-async def test_an_endless_handshake_answer_is_refused(raw_server) -> None:  # type: ignore[no-untyped-def]
+async def test_an_endless_handshake_answer_is_refused(transport, raw_server) -> None:  # type: ignore[no-untyped-def]
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 101 Switching Protocols\r\n")
@@ -225,4 +260,4 @@ async def test_an_endless_handshake_answer_is_refused(raw_server) -> None:  # ty
         await reader.read()
 
     with pytest.raises(ProtocolError, match="exceed 64 KiB"):
-        await asyncio.wait_for(AsyncWebSocket.connect(await raw_server(script)), 10)
+        await asyncio.wait_for(transport.connect(await raw_server(script)), 10)
