@@ -252,6 +252,8 @@ steps = 0
 try:
     while True:
         result = env.step(0)
+        if result.done:  # a slow Ctrl-C (a loaded machine) must not meet the episode's end
+            result = env.reset()
         steps += 1
         if steps == 20:
             print("stepping", flush=True)
