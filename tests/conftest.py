@@ -2,12 +2,21 @@
 
 In CI (``CI=true``) a skipped test is reported as a failure: a test that
 needs a real engine must run there, never silently skip.
+
+The suite runs on several pytest-xdist workers (pyproject.toml's addopts). A
+test that uses something the whole machine shares (network namespaces, a
+Ray instance, the Docker engine's image store) holds that thing's
+:func:`machine_lock`, or is marked ``exclusive(NAME)`` to hold it for the test.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +35,33 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, which must run every test: {reason}"
+
+
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Hold the lock `name` shared by every test process on this machine while the block runs.
+
+    xdist workers are processes, so a lock of one process (threading) would not do; a
+    flock on a file in the temp folder is also held against other test runs at the same time.
+    """
+    path = Path(tempfile.gettempdir()) / f"openenv-ws-tests-{name}.lock"
+    with path.open("a") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _exclusive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``exclusive(NAME)`` runs holding ``machine_lock(NAME)``."""
+    marker = request.node.get_closest_marker("exclusive")
+    if marker is None:
+        yield
+        return
+    with machine_lock(marker.args[0]):
+        yield
 
 
 @pytest.fixture

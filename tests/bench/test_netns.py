@@ -17,6 +17,10 @@ from benchmarks import netns
 from benchmarks.scenarios.remote import bulk_mbit
 from tests.conftest import UNIT
 
+# One test at a time makes or cleans namespaces: a clean_stale() of one would remove
+# what another's killed holder left before that test looks.
+pytestmark = pytest.mark.exclusive("netns")
+
 
 @pytest.fixture(autouse=True)
 def _root() -> None:

@@ -22,7 +22,7 @@ import pytest
 from openenv_ws.envs.gymnasium import IDS_ENV
 from openenv_ws.protocol import Error, Open, Reset, Result, Step
 
-from ..hostile._frames import request
+from .._rawwire import request
 from ..hostile.conftest import HostileServer, Neighbour, RawWS, assert_contained, hostile_server
 from . import textenvs
 

@@ -30,9 +30,9 @@ import psutil
 from openenv_ws.client import EnvClient
 from openenv_ws.providers import LocalServerProvider
 
+from .._rawwire import RawWS
 from ..conftest import UNIT
 from ..reliability.conftest import wait_until
-from ..reliability.rawws import RawWS
 
 __all__ = [
     "MB",

@@ -20,8 +20,8 @@ import psutil
 from atari.vector import vector_threads
 from openenv_ws.protocol import Close, Closed, Error, Open, Opened, Reset, Result, Step, encode
 
+from .._rawwire import masked, reply, request
 from ..reliability.conftest import wait_until
-from ._frames import masked, reply, request
 from .conftest import MB, UNIT, Neighbour, assert_contained, hostile_server
 
 # A single Atari session of the largest frames and stack the options allow:

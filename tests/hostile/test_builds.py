@@ -23,8 +23,8 @@ from openenv_ws.client.vector import OPENS_IN_FLIGHT
 from openenv_ws.protocol import Error, Open, Opened, Reset, Result, encode
 from openenv_ws.server.session.pacing import MAX_BUILDS_OFF_LOOP
 
+from .._rawwire import masked, reply, request, step
 from ..reliability.conftest import wait_until
-from ._frames import masked, reply, request, step
 from .conftest import UNIT, HostileServer, Neighbour, assert_contained, hostile_server
 
 GATED = ("--env", "tests.hostile._gated:factory", "--pool-size", "0")

@@ -25,7 +25,7 @@ import openenv_ws
 from openenv_ws import AuthError, ServerUnavailable
 from openenv_ws.client import EnvClient
 
-from ._rawhttp import exchange, upgrade_bytes
+from .._rawwire import exchange, upgrade_bytes
 from .conftest import UNIT, hostile_server
 
 ROOT = Path(__file__).resolve().parents[2]

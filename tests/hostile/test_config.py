@@ -17,7 +17,7 @@ import pytest
 
 from openenv_ws.protocol import Error, GetState, Open
 
-from ._frames import open_session, request, step
+from .._rawwire import open_session, request, step
 from .conftest import HostileServer, Neighbour, assert_contained, hostile_server
 
 ATARI = [

@@ -17,7 +17,7 @@ import pytest
 
 from openenv_ws.protocol import Error, Open, Step, encode
 
-from ._frames import masked, open_session, reply, request
+from .._rawwire import masked, open_session, reply, request
 from .conftest import MB, UNIT, HostileServer, Neighbour, assert_contained, hostile_server
 
 BIG = 1_000_000  # items or characters: the frame stays under the 1 MiB limit

@@ -28,8 +28,7 @@ import numpy as np
 from openenv_ws.protocol import Result, Step, encode
 from openenv_ws.testing import FakeEnvironment
 
-from ..reliability.rawws import OP_CLOSE, OP_PING, OP_PONG, frame_bytes
-from ._frames import masked, open_session, reply
+from .._rawwire import OP_CLOSE, OP_PING, OP_PONG, frame_bytes, masked, open_session, reply
 from .conftest import MB, UNIT, HostileServer, Neighbour, RawWS, assert_contained, hostile_server
 
 CLOSE_TIMEOUT = 10.0  # seconds: uvicorn's wait for a close to finish, then the abort

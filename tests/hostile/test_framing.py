@@ -32,8 +32,18 @@ from openenv_ws.protocol import Reset, Result, Step, encode
 from openenv_ws.server.transport.fastws import FastWebSocketProtocol
 from openenv_ws.testing import FakeEnvironment
 
-from ..reliability.rawws import OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, frame_bytes
-from ._frames import masked, open_session, reply
+from .._rawwire import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_CONT,
+    OP_PING,
+    OP_PONG,
+    OP_TEXT,
+    frame_bytes,
+    masked,
+    open_session,
+    reply,
+)
 from .conftest import UNIT, HostileServer, Neighbour, RawWS, assert_contained, hostile_server
 
 

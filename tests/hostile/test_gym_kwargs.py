@@ -28,7 +28,7 @@ from openenv_ws.brief import brief
 from openenv_ws.envs.gym_kwargs import KWARGS_ENV
 from openenv_ws.protocol import Error, Open, Opened, Reset, Result, Step, encode
 
-from ._frames import masked, open_session, reply, request
+from .._rawwire import masked, open_session, reply, request
 from .conftest import HostileServer, Neighbour, assert_contained, hostile_server
 from .test_cli import assert_one_line_error, cli
 

@@ -16,7 +16,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from ._rawhttp import Answer, connect, read_answer, request_bytes, upgrade_bytes
+from .._rawwire import Answer, connect, read_answer, request_bytes, upgrade_bytes
 from .conftest import MB, UNIT, HostileServer, Neighbour, assert_contained, hostile_server
 
 #: The server's default head limit (``--max-head-size``).

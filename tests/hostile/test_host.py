@@ -10,7 +10,7 @@ scheme included, with the request. Its own web page keeps working from
 
 from __future__ import annotations
 
-from ._rawhttp import Answer, exchange, request_bytes, upgrade_bytes
+from .._rawwire import Answer, exchange, request_bytes, upgrade_bytes
 from .conftest import UNIT, HostileServer, Neighbour, hostile_server
 
 

@@ -21,8 +21,7 @@ import pytest
 
 from openenv_ws.protocol import Error, Open, Opened
 
-from ._frames import request
-from ._rawhttp import Answer, exchange, request_bytes
+from .._rawwire import Answer, exchange, request, request_bytes
 from .conftest import (
     UNIT,
     HostileServer,

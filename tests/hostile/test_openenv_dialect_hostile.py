@@ -20,7 +20,7 @@ import pytest
 
 from openenv_ws.wire.framing import OP_CLOSE, OP_TEXT, parse_close
 
-from ._rawhttp import Answer, exchange, request_bytes
+from .._rawwire import Answer, exchange, request_bytes
 from .conftest import UNIT, HostileServer, Neighbour, RawWS, assert_contained, hostile_server
 
 SMALL_REPLY = 2_000  # bytes

@@ -19,7 +19,7 @@ import pytest
 
 from openenv_ws.protocol import Close, Error, Open, Opened, encode
 
-from ._frames import masked, reply, request
+from .._rawwire import masked, reply, request
 from .conftest import UNIT, HostileServer, Neighbour, RawWS, assert_contained, hostile_server
 
 OPENS = 8

@@ -17,7 +17,6 @@ descriptor to any file it can reach by path, whatever the file's mode.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ctypes
 import errno
@@ -25,7 +24,6 @@ import fcntl
 import importlib
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -39,6 +37,7 @@ import pytest
 
 from openenv_ws._shm import HEADER, UNUSABLE, ClientRegion, shared_memory_supported
 
+from .._rawwire import exchange, upgrade_bytes
 from .conftest import UNIT, HostileServer, Neighbour, assert_contained, hostile_server
 
 pytestmark = pytest.mark.skipif(
@@ -53,23 +52,9 @@ RACES = 300
 
 def handshake(host: str, port: int, offer: str, *, timeout: float) -> tuple[int, str]:
     """A WebSocket handshake offering `offer`; (HTTP status, the server's shm answer)."""
-    key = base64.b64encode(os.urandom(16)).decode()
-    request = (
-        f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-        f"X-OpenEnv-WS-SHM: {offer}\r\n\r\n"
-    )
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(request.encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = sock.recv(4096)
-            if not chunk:
-                raise ConnectionError(f"the server closed during the handshake: {head!r}")
-            head += chunk
-    lines = head.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-    answers = [v.strip() for k, _, v in (x.partition(":") for x in lines[1:]) if k == HEADER]
-    return int(lines[0].split(" ", 2)[1]), answers[0] if answers else ""
+    request = upgrade_bytes(f"{host}:{port}", f"X-OpenEnv-WS-SHM: {offer}")
+    answer = exchange(host, port, request, timeout=timeout)
+    return answer.status, answer.headers.get(HEADER, "")
 
 
 def _answer(server: HostileServer, offer: str) -> tuple[int, str]:

@@ -21,7 +21,7 @@ import pytest
 from openenv_ws.client import EnvClient
 from openenv_ws.protocol import Error, decode_server_frame
 
-from ._rawhttp import connect, exchange, read_answer, request_bytes, upgrade_bytes
+from .._rawwire import connect, exchange, read_answer, request_bytes, upgrade_bytes
 from .conftest import (
     UNIT,
     HostileServer,

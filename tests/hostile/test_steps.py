@@ -20,7 +20,7 @@ import pytest
 
 from openenv_ws.protocol import Error, GetState, Result, StateReply, decode_server_frame, encode
 
-from ._frames import masked, open_session, reply, step
+from .._rawwire import masked, open_session, reply, step
 from .conftest import UNIT, HostileServer, Neighbour, assert_contained, hostile_server
 
 DEADLINE = 3.0  # units

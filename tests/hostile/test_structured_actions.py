@@ -17,7 +17,7 @@ import pytest
 from openenv_ws.errors import ProtocolError
 from openenv_ws.protocol import Error, Result, decode_client_frame, encode
 
-from ._frames import masked, open_session, reply, request, step
+from .._rawwire import masked, open_session, reply, request, step
 from .conftest import HostileServer, Neighbour, assert_contained, hostile_server
 
 PLAIN = encode(step(5, 1))

@@ -37,9 +37,9 @@ import pytest
 
 from openenv_ws.client import EnvClient
 
+from .._rawwire import Answer, read_answer, request_bytes, upgrade_bytes
 from ..tls.conftest import Pki, pki  # noqa: F401 - the fixture
 from ..tls.test_hostile import Neighbour
-from ._rawhttp import Answer, read_answer, request_bytes, upgrade_bytes
 from .conftest import MB, UNIT, wait_until
 
 #: The server's descriptor table (soft and hard limit) and its connection cap.

@@ -36,7 +36,7 @@ from openenv_ws.protocol import (
     encode,
 )
 
-from ._frames import masked, request
+from .._rawwire import masked, request
 from .conftest import UNIT, HostileServer, Neighbour, RawWS, hostile_server
 
 PONG = {"game": "pong"}

@@ -29,8 +29,8 @@ from openenv_ws._shm import SharedArray
 from openenv_ws.protocol import encode_result
 from openenv_ws.wire.framing import FrameError, apply_mask, parse_head
 
+from .._rawwire import frame_bytes
 from ..protocol.test_native_codec import result_reader_agrees, step_reader_agrees
-from ..reliability.rawws import frame_bytes
 from .mutate import fuzz
 
 wire: Any = protocol.native_wire

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from ..conftest import machine_lock
 from ._procs import descendants, wait_dead
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,16 @@ IMAGE_INPUTS = (
     "openenv_ws",
     "atari",
 )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts Ray by itself (not through ``local_ray``, which holds the lock for
+    its module) runs alone on this machine's Ray: marked ``exclusive("ray")``."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "ray_tmpdir" in fixtures and "local_ray" not in fixtures:
+            item.add_marker(pytest.mark.exclusive("ray"))
 
 
 def _engine() -> tuple[Any, str]:
@@ -110,11 +121,17 @@ def atari_image(docker_client: Any) -> str:
             pytest.fail(f"OPENENV_WS_TEST_IMAGE={chosen} is not an image of the engine")
         return chosen
     tag = f"{IMAGE_REPO}:test-{image_digest()}"
-    try:
-        docker_client.images.get(tag)
-        return tag
-    except docker.errors.ImageNotFound:
-        pass
+    # One build at a time: the other test processes wait for it, then find the image.
+    with machine_lock("atari-image"):
+        try:
+            docker_client.images.get(tag)
+            return tag
+        except docker.errors.ImageNotFound:
+            return _build(docker_client, tag)
+
+
+def _build(docker_client: Any, tag: str) -> str:
+    """Build the Atari image `tag` from this checkout; earlier images of the tests are removed."""
     build = subprocess.run(
         [str(ROOT / ".ci" / "lib" / "build-image.sh"), tag],
         env={**os.environ, "PYTHON": sys.executable},
@@ -164,20 +181,21 @@ def local_ray(ray_tmpdir: str) -> Iterator[Any]:
     """A local Ray instance on 127.0.0.1 with 2 CPUs; all its processes end with the module."""
     import ray
 
-    before = descendants()
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        _temp_dir=ray_tmpdir,
-        log_to_driver=False,
-    )
-    try:
-        yield ray
-    finally:
-        started = descendants() - before
-        ray.shutdown()
-        assert_all_ended(started, "ray.shutdown()")
+    with machine_lock("ray"):  # one Ray instance at a time on this machine's 2 cores
+        before = descendants()
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            _temp_dir=ray_tmpdir,
+            log_to_driver=False,
+        )
+        try:
+            yield ray
+        finally:
+            started = descendants() - before
+            ray.shutdown()
+            assert_all_ended(started, "ray.shutdown()")
 
 
 def assert_all_ended(pids: set[int], what: str) -> None:

@@ -242,8 +242,11 @@ def test_reading_a_servers_output_never_costs_it_a_line(tmp_path: Path) -> None:
 
 # A training loop run from a terminal: its own process group, as a shell's foreground job.
 CTRL_C_LOOP = r"""
-import sys, time
+import signal, sys, time
 from atari import AtariEnv
+
+# As in a terminal, whatever the test's own parent ignores (a background job ignores SIGINT).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 env = AtariEnv(game="pong")
 print("server", env._provider.pid, flush=True)

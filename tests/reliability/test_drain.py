@@ -25,8 +25,8 @@ from openenv_ws.client import EnvClient
 from openenv_ws.protocol import Error, Open, Reset, Result, Step, decode_server_frame, encode
 from openenv_ws.testing import FakeEnvironment
 
+from .._rawwire import RawWS
 from .conftest import UNIT, serve, wait_until
-from .rawws import RawWS
 
 SESSIONS = 8
 CONFIG = {"episode_length": 1_000_000, "step_sleep": 0.005}

@@ -28,8 +28,8 @@ from openenv_ws.protocol import (
 from openenv_ws.testing import FakeEnvironment
 from openenv_ws.wire.framing import frame_head
 
+from .._rawwire import OP_BINARY, OP_CONT, OP_PING, OP_PONG, RawWS, frame_bytes
 from .conftest import UNIT, serve, wait_until
-from .rawws import OP_BINARY, OP_CONT, OP_PING, OP_PONG, RawWS, frame_bytes
 
 SHAPE = {"obs_shape": [7, 5, 3], "episode_length": 10_000}
 

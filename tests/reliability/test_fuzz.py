@@ -61,8 +61,8 @@ from openenv_ws.server import ServerLimits, SessionRegistry
 from openenv_ws.server.session.supervisor import Link, SupervisedSession, Supervisor
 from openenv_ws.testing import FakeEnvironment, fake_factory
 
+from .._rawwire import OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, RawWS, frame_bytes
 from .conftest import UNIT, health, wait_until
-from .rawws import OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, RawWS, frame_bytes
 
 LIMIT = 16 * 1024
 GRACE = 0.2

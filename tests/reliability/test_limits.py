@@ -12,9 +12,9 @@ from openenv_ws import RemoteEnvError, RequestTimeout, SessionClosed
 from openenv_ws.client import AsyncEnvClient, EnvClient
 from openenv_ws.protocol import Error, Open, Opened, Reset, Step, decode_server_frame, encode
 
+from .._rawwire import OP_BINARY, OP_CONT, OP_PING, OP_PONG, RawWS, frame_bytes
 from .conftest import UNIT, serve, wait_until
 from .proxy import CutProxy
-from .rawws import OP_BINARY, OP_CONT, OP_PING, OP_PONG, RawWS, frame_bytes
 
 LIMIT = 64 * 1024
 LONG = {"episode_length": 100_000}

@@ -21,8 +21,8 @@ from openenv_ws.client import EnvClient
 from openenv_ws.protocol import Open, Opened, decode_server_frame, encode
 from openenv_ws.server.routes.fallback import SESSIONS_PATH
 
+from .._rawwire import RawWS
 from .conftest import UNIT, health, serve
-from .rawws import RawWS
 
 
 def _opens(url: str, origin: str | None) -> bool:

@@ -33,9 +33,9 @@ from openenv_ws.client import EnvClient, VectorEnvClient
 from openenv_ws.protocol import Open, Opened, Reset, Result, Step, decode_server_frame, encode
 from openenv_ws.testing import FakeEnvironment
 
+from .._rawwire import RawWS
 from .conftest import UNIT, serve
 from .proxy import CutProxy
-from .rawws import RawWS
 
 pytestmark = pytest.mark.skipif(
     not shared_memory_supported(), reason="shared memory needs Linux memfds"

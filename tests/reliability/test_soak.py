@@ -29,8 +29,8 @@ import pytest
 from openenv_ws.client import EnvClient
 from openenv_ws.protocol import Open, Reset, Result, Step, decode_server_frame, encode
 
+from .._rawwire import RawWS
 from .conftest import UNIT, health, wait_until
-from .rawws import RawWS
 
 CYCLES = int(os.environ.get("OPENENV_WS_SOAK_CYCLES", "2000"))
 WARMUP = max(100, CYCLES // 10)
