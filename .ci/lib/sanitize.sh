@@ -3,11 +3,11 @@
 #
 # Usage: sanitize.sh [PYTEST-ARGS...]
 #
-# Compiles the C extensions of pyproject.toml (and the canary of tests/native/) with
+# Compiles the C extensions of pyproject.toml (and the canary of tests/wire/native/) with
 # -fsanitize=address,undefined into a scratch folder, never the source tree,
-# then runs tests/native/ (the mutation fuzz of every C reader, at its long
+# then runs tests/wire/native/ (the mutation fuzz of every C reader, at its long
 # setting) and the tests that compare the C codecs with the Python ones
-# against that build: the tests/native/sanitized.py plugin makes
+# against that build: the tests/wire/native/sanitized.py plugin makes
 # `openenv_ws._wire` and `openenv_ws._expand` the scratch modules, and the
 # sanitizer runtime is preloaded into the (uninstrumented) interpreter.
 # A sanitizer report aborts the run; so does a run that collects no tests
@@ -49,7 +49,7 @@ import tomllib
 with open("pyproject.toml", "rb") as f:
     for ext in tomllib.load(f)["tool"]["setuptools"]["ext-modules"]:
         print(ext["name"].rpartition(".")[2], *ext["sources"])
-print("canary tests/native/canary.c")')
+print("canary tests/wire/native/canary.c")')
 log_elapsed "sanitized build of the C extensions in $build" "$t0"
 
 seed=${OPENENV_WS_FUZZ_SEED:-$(date +%s)}
@@ -64,9 +64,9 @@ env LD_PRELOAD="$asan $ubsan" PYTHONMALLOC=malloc \
     OPENENV_WS_NATIVE_BUILD="$build" \
     OPENENV_WS_FUZZ_SECONDS="${OPENENV_WS_FUZZ_SECONDS:-15}" \
     OPENENV_WS_FUZZ_SEED="$seed" \
-    "$PYTHON" -m pytest -p tests.native.sanitized -q -p no:cacheprovider --capture=sys \
-    tests/native \
-    tests/protocol/test_native_codec.py \
+    "$PYTHON" -m pytest -p tests.wire.native.sanitized -q -p no:cacheprovider --capture=sys \
+    tests/wire/native \
+    tests/wire/protocol/test_native_codec.py \
     tests/client/test_native_wire.py \
     tests/palette/test_expand.py \
     "$@"

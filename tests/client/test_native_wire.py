@@ -44,7 +44,7 @@ from openenv_ws.protocol import (
 from openenv_ws.wire.compress import ObsPacker
 from openenv_ws.wire.encode import layout
 
-from ..protocol.test_native_codec import result_reader_agrees
+from ..wire.protocol.test_native_codec import result_reader_agrees
 from .test_transports import accept, frame
 
 wire = protocol.native_wire

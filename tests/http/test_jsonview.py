@@ -12,7 +12,7 @@ import pytest
 
 from openenv_ws import jsonview, protocol
 from openenv_ws.errors import ProtocolError
-from tests.protocol import vectorlib
+from tests.wire.protocol import vectorlib
 
 
 def _golden() -> list[dict[str, Any]]:

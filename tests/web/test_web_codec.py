@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ..protocol.vectorlib import ROOT, entry_bytes, vectors
+from ..wire.protocol.vectorlib import ROOT, entry_bytes, vectors
 
 PROTOCOL_JS = ROOT / "openenv_ws" / "web" / "static" / "protocol.js"
 RUNNER = Path(__file__).with_name("codec_vectors.mjs")

@@ -18,7 +18,7 @@ from openenv_ws.testing import fake_factory
 from openenv_ws.web import STATIC_DIR, env_choices
 
 from ..conftest import UNIT
-from ..protocol.vectorlib import ROOT
+from ..wire.protocol.vectorlib import ROOT
 
 STATIC_FILES = sorted(p.name for p in STATIC_DIR.iterdir() if p.is_file())
 

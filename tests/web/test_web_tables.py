@@ -11,7 +11,7 @@ from typing import Any
 
 from openenv_ws import protocol
 
-from ..protocol.vectorlib import ROOT
+from ..wire.protocol.vectorlib import ROOT
 
 
 def _load_generator() -> Any:

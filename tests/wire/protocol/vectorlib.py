@@ -13,7 +13,7 @@ import numpy as np
 
 from openenv_ws import protocol
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VECTORS_DIR = ROOT / "protocol" / "vectors"
 _CLASSES = {
     "client": {

@@ -1,6 +1,6 @@
 /*
  * Two deliberate bugs, built with the C extensions by .ci/lib/sanitize.sh so that
- * tests/native/test_sanitizers.py can check that the sanitizers are really on:
+ * tests/wire/native/test_sanitizers.py can check that the sanitizers are really on:
  * peek(buffer, i) reads byte i with no bounds check (AddressSanitizer stops a read
  * past the end), add(a, b) adds two C ints with no overflow check
  * (UndefinedBehaviorSanitizer stops a signed overflow).

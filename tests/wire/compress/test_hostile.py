@@ -23,9 +23,9 @@ from openenv_ws.server import ServerThread, create_app
 from openenv_ws.wire.compress import CompressedArray, ObsPacker
 from openenv_ws.wire.native import encode_result
 
-from ..client.test_native_wire import Scripted
-from ..client.test_transports import frame
-from ..conftest import UNIT
+from ...client.test_native_wire import Scripted
+from ...client.test_transports import frame
+from ...conftest import UNIT
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Pytest plugin (``-p tests.native.sanitized``): the C extensions of a scratch build.
+"""Pytest plugin (``-p tests.wire.native.sanitized``): the C extensions of a scratch build.
 
 ``.ci/lib/sanitize.sh`` builds ``openenv_ws._wire`` and ``openenv_ws._expand``
 with AddressSanitizer and UndefinedBehaviorSanitizer into the folder named by
@@ -6,7 +6,7 @@ with AddressSanitizer and UndefinedBehaviorSanitizer into the folder named by
 before any conftest (the root one imports the package): from then on both
 modules are imported from that folder, not from the source tree. The run
 fails if either module came from elsewhere, or if it holds no test of
-tests/native/ or skips one.
+tests/wire/native/ or skips one.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def _install() -> None:
     # are loaded between the two.
     folder = build_folder()
     if folder is None:
-        raise pytest.UsageError(f"-p tests.native.sanitized needs {BUILD_VARIABLE} (sanitize.sh)")
+        raise pytest.UsageError(
+            f"-p tests.wire.native.sanitized needs {BUILD_VARIABLE} (sanitize.sh)"
+        )
     loaded = [name for name in MODULES if name in sys.modules]
     if loaded:
         raise pytest.UsageError(f"{loaded} were imported before the sanitized build could be")
@@ -62,17 +64,19 @@ _skipped: list[str] = []
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if not any(HERE in Path(item.path).parents for item in items):
-        raise pytest.UsageError("the sanitized run collected no test of tests/native/")
+        raise pytest.UsageError("the sanitized run collected no test of tests/wire/native/")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    # A test of tests/native/ that skips here (a C module that did not load, say)
+    # A test of tests/wire/native/ that skips here (a C module that did not load, say)
     # would hide the very thing this run is for.
-    if report.skipped and report.nodeid.startswith("tests/native/"):
+    if report.skipped and report.nodeid.startswith("tests/wire/native/"):
         _skipped.append(report.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _skipped and exitstatus == 0:
-        print(f"\nthe sanitized run skipped tests of tests/native/: {_skipped}", file=sys.stderr)
+        print(
+            f"\nthe sanitized run skipped tests of tests/wire/native/: {_skipped}", file=sys.stderr
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

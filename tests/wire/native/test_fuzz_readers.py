@@ -29,7 +29,7 @@ from openenv_ws._shm import SharedArray
 from openenv_ws.protocol import encode_result
 from openenv_ws.wire.framing import FrameError, apply_mask, parse_head
 
-from .._rawwire import frame_bytes
+from ..._rawwire import frame_bytes
 from ..protocol.test_native_codec import result_reader_agrees, step_reader_agrees
 from .mutate import fuzz
 
