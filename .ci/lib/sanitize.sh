@@ -68,6 +68,6 @@ env LD_PRELOAD="$asan $ubsan" PYTHONMALLOC=malloc \
     tests/wire/native \
     tests/wire/protocol/test_native_codec.py \
     tests/client/test_native_wire.py \
-    tests/palette/test_expand.py \
+    tests/client/palette/test_expand.py \
     "$@"
 log_elapsed "tests against the sanitized build" "$t0"

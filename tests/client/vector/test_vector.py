@@ -15,7 +15,7 @@ from openenv_ws.errors import EnvConfigError, InvalidState, RemoteEnvError
 from openenv_ws.server import ServerLimits, ServerThread, create_app
 from openenv_ws.testing import FakeEnvironment, fake_factory
 
-from ..conftest import UNIT
+from ...conftest import UNIT
 
 
 @pytest.fixture

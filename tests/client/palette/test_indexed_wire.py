@@ -19,9 +19,9 @@ from openenv_ws.palette import NATIVE, expanded
 from openenv_ws.protocol import Open, Opened, Reset, Result, Step, decode_server_frame, encode
 from openenv_ws.server import ServerThread
 
-from ..conftest import UNIT
-from ..reliability.conftest import serve
-from ..reliability.proxy import CutProxy
+from ...conftest import UNIT
+from ...reliability.conftest import serve
+from ...reliability.proxy import CutProxy
 
 ACTIONS = [(5 * t + 1) % 4 for t in range(120)]  # every game here has 4 actions or more
 

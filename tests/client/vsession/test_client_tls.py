@@ -12,7 +12,7 @@ from openenv_ws import TLSError, VectorSessionClient
 from openenv_ws.server import ServerThread
 from openenv_ws.testing import FakeEnvironment
 
-from ..tls.conftest import Pki, pki, tls_thread  # noqa: F401 - pki is a fixture
+from ...tls.conftest import Pki, pki, tls_thread  # noqa: F401 - pki is a fixture
 
 CONFIG = {"episode_length": 1000, "obs_shape": [64, 64]}
 

@@ -13,7 +13,7 @@ import pytest
 from openenv_ws.client._ws import NOT_READY, BlockingWebSocket
 from openenv_ws.wire.handshake import GUID
 
-from ..conftest import UNIT
+from ...conftest import UNIT
 
 
 class PieceServer:
