@@ -24,7 +24,7 @@ from openenv_ws.errors import (
 from openenv_ws.server import ServerLimits, ServerThread, create_app
 from openenv_ws.testing import fake_factory
 from tests.conftest import UNIT
-from tests.reliability.proxy import CutProxy
+from tests.server.reliability.proxy import CutProxy
 
 
 @pytest.fixture(scope="module")

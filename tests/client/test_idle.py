@@ -21,7 +21,7 @@ from openenv_ws.client.vector import VectorEnvClient
 from openenv_ws.providers import LocalServerProvider
 
 from ..conftest import UNIT
-from ..reliability.conftest import wait_until
+from ..server.reliability.conftest import wait_until
 
 
 def server(*args: str) -> LocalServerProvider:

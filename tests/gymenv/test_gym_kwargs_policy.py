@@ -3,7 +3,7 @@
 Every key the policy allows is a parameter of its id's constructor and takes that
 constructor's default; no key names a path or code; every default id has an entry. The
 operator's widening parses as documented, and a rendered frame past the bound is refused
-whatever the kwargs (the raw-wire attacks are in ``tests/hostile/test_gym_kwargs.py``).
+whatever the kwargs (the raw-wire attacks are in ``tests/server/hostile/test_gym_kwargs.py``).
 """
 
 from __future__ import annotations

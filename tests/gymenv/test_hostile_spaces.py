@@ -23,7 +23,13 @@ from openenv_ws.envs.gymnasium import IDS_ENV
 from openenv_ws.protocol import Error, Open, Reset, Result, Step
 
 from .._rawwire import request
-from ..hostile.conftest import HostileServer, Neighbour, RawWS, assert_contained, hostile_server
+from ..server.hostile.conftest import (
+    HostileServer,
+    Neighbour,
+    RawWS,
+    assert_contained,
+    hostile_server,
+)
 from . import textenvs
 
 ROOT = Path(__file__).resolve().parents[2]

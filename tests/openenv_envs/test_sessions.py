@@ -37,7 +37,7 @@ from tests.openenv_envs.envs import (
     ThreadBoundEnvironment,
     ToolEnvironment,
 )
-from tests.reliability.conftest import wait_until
+from tests.server.reliability.conftest import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from openenv_ws.client import EnvClient
 from openenv_ws.server import ServerThread
 
 from ..conftest import UNIT
-from ..reliability.conftest import wait_until
+from ..server.reliability.conftest import wait_until
 from .conftest import Pki, tls_thread
 
 

@@ -20,8 +20,8 @@ from openenv_ws.protocol import Open, Opened, Reset, Result, Step, decode_server
 from openenv_ws.server import ServerThread
 
 from ...conftest import UNIT
-from ...reliability.conftest import serve
-from ...reliability.proxy import CutProxy
+from ...server.reliability.conftest import serve
+from ...server.reliability.proxy import CutProxy
 
 ACTIONS = [(5 * t + 1) % 4 for t in range(120)]  # every game here has 4 actions or more
 

@@ -17,8 +17,8 @@ import pytest
 from openenv_ws.client.vector import VectorEnvClient
 from openenv_ws.errors import SessionClosed
 
-from ...reliability.conftest import UNIT, serve, server_then_killed, wait_until
-from ...reliability.proxy import CutProxy
+from ...server.reliability.conftest import UNIT, serve, server_then_killed, wait_until
+from ...server.reliability.proxy import CutProxy
 from .fake_rounds import actions, reference
 
 N = 4

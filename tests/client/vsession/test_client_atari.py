@@ -16,8 +16,8 @@ from openenv_ws import VectorSessionClient
 from openenv_ws.server import ServerLimits, ServerThread, create_app
 
 from ...conftest import UNIT
-from ...vsession.test_server_atari import ATARI84, ATARI84_ENGINE
-from ...vsession.test_server_atari import RGB_ENGINE as RGB_FULL_ENGINE
+from ...server.vsession.test_server_atari import ATARI84, ATARI84_ENGINE
+from ...server.vsession.test_server_atari import RGB_ENGINE as RGB_FULL_ENGINE
 
 # Pong episodes cut at 600 frames (150 steps): next-step autoresets within the test.
 RGB = {"game": "pong", "max_num_frames_per_episode": 600}

@@ -14,8 +14,8 @@ import pytest
 
 from openenv_ws import VectorSessionClient
 
-from ...reliability.conftest import UNIT, serve, wait_until
-from ...reliability.proxy import CutProxy
+from ...server.reliability.conftest import UNIT, serve, wait_until
+from ...server.reliability.proxy import CutProxy
 from ..vector.fake_rounds import actions, reference
 
 N = 4

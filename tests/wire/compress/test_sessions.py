@@ -20,8 +20,8 @@ from openenv_ws.client import AsyncEnvClient, EnvClient, HTTPEnvClient
 from openenv_ws.client.vector import VectorEnvClient
 from openenv_ws.server import ServerLimits, ServerThread, create_app
 
-from ...reliability.conftest import serve
-from ...reliability.proxy import CutProxy
+from ...server.reliability.conftest import serve
+from ...server.reliability.proxy import CutProxy
 
 GAMES = ["pong", "breakout", "ms_pacman", "space_invaders", "seaquest"]  # NTSC
 GAMES += ["pacman", "keystone_kapers", "mr_do", "air_raid", "klax"]  # PAL
