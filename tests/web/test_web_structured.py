@@ -414,7 +414,7 @@ def test_openenv_echo_environment_from_its_schema_form(page_on: Any) -> None:
     pytest.importorskip("openenv")
     from openenv_ws.envs.openenv import openenv_plugin
 
-    from ..openenv_envs.envs import EchoEnvironment
+    from ..envs.openenv_envs.envs import EchoEnvironment
 
     run: PageRun = page_on(openenv_plugin(EchoEnvironment))
     assert 'echoed_message: "Echo environment ready!"' in run.text("tree")

@@ -32,7 +32,7 @@ from .conftest import (
     wait_until,
 )
 
-SOLO = "tests.openenv_envs.envs:SoloEnvironment"
+SOLO = "tests.envs.openenv_envs.envs:SoloEnvironment"
 
 
 def _post(

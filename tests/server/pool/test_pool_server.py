@@ -19,8 +19,8 @@ from openenv_ws.server import ServerThread, create_app
 from openenv_ws.server.runtime.pool import WarmPool, normalized_key
 from openenv_ws.testing import FakeEnvironment
 
+from ...adapters.gym.rollout import assert_same_rollouts, play
 from ...conftest import UNIT
-from ...gym.rollout import assert_same_rollouts, play
 from ..reliability.conftest import wait_until
 
 gymnasium.register_envs(ale_py)

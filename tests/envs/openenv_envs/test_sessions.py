@@ -25,9 +25,9 @@ from openenv_ws.errors import OpenEnvError, RemoteEnvError
 from openenv_ws.protocol import Error, Result, decode_server_frame
 from openenv_ws.server import ServerLimits, ServerThread, create_app
 from tests.conftest import UNIT
-from tests.openenv_envs import envs
-from tests.openenv_envs.conftest import CoreServer, served
-from tests.openenv_envs.envs import (
+from tests.envs.openenv_envs import envs
+from tests.envs.openenv_envs.conftest import CoreServer, served
+from tests.envs.openenv_envs.envs import (
     AsyncEnvironment,
     CounterEnvironment,
     EchoAction,

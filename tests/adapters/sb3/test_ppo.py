@@ -36,7 +36,7 @@ def one_torch_thread() -> Iterator[None]:
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_ppo_cnn_policy_runs_2048_steps(atari_server: ServerThread) -> None:
-    """On one vector session (the adapter's default); tests/sb3/test_adapter.py checks
+    """On one vector session (the adapter's default); tests/adapters/sb3/test_adapter.py checks
     that both kinds of session give SB3 what its own vector envs give."""
     env = VecMonitor(RemoteVecEnv(atari_server.url, NUM_ENVS, config=CONFIG))
     assert env.observation_space.shape == (4, 84, 84)  # channels first: no transposing wrapper

@@ -14,7 +14,7 @@ import uvicorn
 from openenv_ws.envs.openenv import openenv_plugin
 from openenv_ws.server import ServerLimits, ServerThread, bind_socket, create_app
 from tests.conftest import UNIT
-from tests.openenv_envs.envs import EchoAction, EchoEnvironment, EchoObservation
+from tests.envs.openenv_envs.envs import EchoAction, EchoEnvironment, EchoObservation
 
 
 class CoreServer:

@@ -8,7 +8,7 @@ from openenv.core.env_server.types import Action
 
 from openenv_ws.envs.openenv import APP_ENV, load_app, openenv_factory, openenv_plugin
 from openenv_ws.errors import EnvConfigError, InvalidAction
-from tests.openenv_envs.envs import (
+from tests.envs.openenv_envs.envs import (
     AsyncEnvironment,
     CounterEnvironment,
     CountObservation,
@@ -40,9 +40,9 @@ def test_a_factory_function_annotated_or_not() -> None:
 
 def test_strings_name_the_same_objects() -> None:
     app = load_app(
-        "tests.openenv_envs.envs:EchoEnvironment",
-        "tests.openenv_envs.envs:EchoAction",
-        "tests.openenv_envs.envs:EchoObservation",
+        "tests.envs.openenv_envs.envs:EchoEnvironment",
+        "tests.envs.openenv_envs.envs:EchoAction",
+        "tests.envs.openenv_envs.envs:EchoObservation",
     )
     assert (app.factory, app.action_cls) == (EchoEnvironment, EchoAction)
     with pytest.raises(EnvConfigError, match="not an openenv-core Observation"):
@@ -58,7 +58,7 @@ def test_sessions_take_no_config_and_the_entry_point_needs_an_app(
     monkeypatch.delenv(APP_ENV, raising=False)
     with pytest.raises(EnvConfigError, match="--openenv-app"):
         openenv_factory({})
-    monkeypatch.setenv(APP_ENV, "tests.openenv_envs.envs:EchoEnvironment")
+    monkeypatch.setenv(APP_ENV, "tests.envs.openenv_envs.envs:EchoEnvironment")
     env = openenv_factory({})
     try:
         env.reset()

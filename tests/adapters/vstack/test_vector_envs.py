@@ -28,7 +28,7 @@ from openenv_ws.errors import RemoteEnvError
 from openenv_ws.gym import ENV_ID, RemoteVectorEnv
 from openenv_ws.gymspaces import gym_space
 from openenv_ws.server import ServerThread, create_app
-from tests.gymenv import textenvs
+from tests.envs.gymenv import textenvs
 
 N = 3
 STEPS = 300

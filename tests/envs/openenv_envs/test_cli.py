@@ -13,9 +13,9 @@ SERVE = [sys.executable, "-m", "openenv_ws", "serve", "--env", "openenv", "--por
 
 
 def test_serve_an_environment_class_named_on_the_command_line() -> None:
-    app = ["--openenv-app", "tests.openenv_envs.envs:EchoEnvironment"]
-    classes = ["--openenv-action", "tests.openenv_envs.envs:EchoAction"]
-    classes += ["--openenv-observation", "tests.openenv_envs.envs:EchoObservation"]
+    app = ["--openenv-app", "tests.envs.openenv_envs.envs:EchoEnvironment"]
+    classes = ["--openenv-action", "tests.envs.openenv_envs.envs:EchoAction"]
+    classes += ["--openenv-observation", "tests.envs.openenv_envs.envs:EchoObservation"]
     with subprocess.Popen(
         SERVE + app + classes, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as server:
@@ -36,9 +36,9 @@ def test_serve_an_environment_class_named_on_the_command_line() -> None:
 
 def test_serve_refuses_what_is_not_an_openenv_app() -> None:
     for app, says in (
-        ("tests.openenv_envs.envs:Nothing", "cannot be imported"),
-        ("tests.openenv_envs.envs:EchoAction", "not an openenv-core Environment"),
-        ("tests.openenv_envs.envs", "not 'package.module:attribute'"),
+        ("tests.envs.openenv_envs.envs:Nothing", "cannot be imported"),
+        ("tests.envs.openenv_envs.envs:EchoAction", "not an openenv-core Environment"),
+        ("tests.envs.openenv_envs.envs", "not 'package.module:attribute'"),
         # an Environment whose annotations and package name no model class, given none:
         ("openenv.core.env_server.interfaces:Environment", "Action and Observation classes"),
     ):

@@ -22,8 +22,8 @@ import pytest
 from openenv_ws.envs.gymnasium import IDS_ENV
 from openenv_ws.protocol import Error, Open, Reset, Result, Step
 
-from .._rawwire import request
-from ..server.hostile.conftest import (
+from ..._rawwire import request
+from ...server.hostile.conftest import (
     HostileServer,
     Neighbour,
     RawWS,
@@ -32,7 +32,7 @@ from ..server.hostile.conftest import (
 )
 from . import textenvs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

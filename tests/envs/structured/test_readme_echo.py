@@ -13,7 +13,7 @@ from openenv_ws.client import EnvClient
 from openenv_ws.errors import RemoteEnvError
 from openenv_ws.providers import LocalServerProvider
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def readme_echo() -> str:

@@ -1,7 +1,7 @@
 """The Gymnasium tests run in a temporary working directory: MuJoCo writes its warnings
 (PointMaze and Pusher have one) to MUJOCO_LOG.TXT in the directory where it first ran,
 which must not be the checkout. Servers started here get the checkout on PYTHONPATH
-(tests.gymenv.textenvs is imported by id)."""
+(tests.envs.gymenv.textenvs is imported by id)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Importing this module registers them, each with an entry point string, so a
 server makes them by id the way Gymnasium does for any package:
-``gymnasium.make("tests.gymenv.textenvs:Typing-v0")`` imports this module,
+``gymnasium.make("tests.envs.gymenv.textenvs:Typing-v0")`` imports this module,
 then makes the id.
 
 - ``Typing-v0``: a Text observation (a word) and a Text action (the agent's
@@ -24,7 +24,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-MODULE = "tests.gymenv.textenvs"
+MODULE = "tests.envs.gymenv.textenvs"
 TYPING = f"{MODULE}:Typing-v0"
 ALL_SPACES = f"{MODULE}:AllSpaces-v0"
 SEQUENCE = f"{MODULE}:SequenceObs-v0"

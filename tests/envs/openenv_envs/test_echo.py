@@ -18,8 +18,8 @@ from openenv_ws.client import EnvClient, HTTPEnvClient
 from openenv_ws.server import ServerThread
 from openenv_ws.spaces import JsonSpec
 from tests.conftest import UNIT
-from tests.openenv_envs.conftest import CoreServer
-from tests.openenv_envs.envs import EchoAction, EchoObservation
+from tests.envs.openenv_envs.conftest import CoreServer
+from tests.envs.openenv_envs.envs import EchoAction, EchoObservation
 
 MESSAGES = ["hello", "", "openenv-ws", "ünïcode ✓", "x" * 300]
 

@@ -36,7 +36,7 @@ from openenv_ws.spaces import (
 )
 from openenv_ws.testing import fake_factory
 
-from .._rawwire import RawWS, request
+from ..._rawwire import RawWS, request
 from .values import assert_same_value
 
 SPEC = EnvSpec(

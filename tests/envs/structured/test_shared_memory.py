@@ -21,8 +21,8 @@ from openenv_ws.protocol import Open, Opened, Reset, Result, Step, decode_server
 from openenv_ws.server import ServerThread, create_app
 from openenv_ws.spaces import ArraySpec, DictSpec, DiscreteSpec, TextSpec, TupleSpec
 
-from .._rawwire import RawWS
-from ..conftest import UNIT
+from ..._rawwire import RawWS
+from ...conftest import UNIT
 from .values import assert_same_value
 
 pytestmark = pytest.mark.skipif(

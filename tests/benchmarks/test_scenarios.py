@@ -277,7 +277,7 @@ def needs_netns() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.exclusive("netns")  # as tests/bench/test_netns.py: it cleans stale namespaces
+@pytest.mark.exclusive("netns")  # as tests/benchmarks/test_netns.py: it cleans stale namespaces
 def test_remote(tmp_path: Path) -> None:
     import inspect
 

@@ -27,12 +27,12 @@ from openenv_ws.envs.openenv import load_app
 from openenv_ws.errors import EnvConfigError, RemoteEnvError
 from openenv_ws.gym import ENV_ID, RemoteEnv
 from tests.conftest import UNIT
-from tests.openenv_envs.conftest import CoreServer
-from tests.openenv_envs.echo_mcp_env.server.echo_environment import EchoEnvironment
-from tests.openenv_envs.grid_world_env.models import GridWorldAction, GridWorldObservation
+from tests.envs.openenv_envs.conftest import CoreServer
+from tests.envs.openenv_envs.echo_mcp_env.server.echo_environment import EchoEnvironment
+from tests.envs.openenv_envs.grid_world_env.models import GridWorldAction, GridWorldObservation
 
-ECHO = "tests.openenv_envs.echo_mcp_env.server.echo_environment:EchoEnvironment"
-GRID = "tests.openenv_envs.grid_world_env.server.grid_world_environment:GridWorldEnvironment"
+ECHO = "tests.envs.openenv_envs.echo_mcp_env.server.echo_environment:EchoEnvironment"
+GRID = "tests.envs.openenv_envs.grid_world_env.server.grid_world_environment:GridWorldEnvironment"
 SERVE = [sys.executable, "-m", "openenv_ws", "serve", "--env", "openenv", "--port", "0"]
 
 # openenv-core 0.3's MCPEnvironment reads a field FastMCP renamed (its warning, not ours).
