@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.client
+import inspect
 import json
 import os
 import re
@@ -18,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from openenv_ws.providers import LocalServerProvider
 from openenv_ws.providers._base import read_output
@@ -76,6 +78,24 @@ def _serve_help() -> str:
 def serve_supports(option: str) -> bool:
     """Whether this build's ``openenv-ws serve`` has `option` (e.g. ``--pool-size``)."""
     return option in _serve_help()
+
+
+def client_keywords(client: Any) -> set[str]:
+    """The keywords this build's client class `client` takes: its signature's, and those of
+    the options ``TypedDict`` its ``**options: Unpack[...]`` names (if any)."""
+    signature = inspect.signature(client.__init__)
+    names = set(signature.parameters)
+    for param in signature.parameters.values():
+        if param.kind is not param.VAR_KEYWORD:
+            continue
+        try:
+            hint = typing.get_type_hints(client.__init__).get(param.name)
+        except Exception:  # noqa: BLE001 - an unresolvable annotation: the signature alone
+            hint = None
+        for arg in typing.get_args(hint):
+            names |= set(getattr(arg, "__optional_keys__", ()))
+            names |= set(getattr(arg, "__required_keys__", ()))
+    return names
 
 
 def supports_pool() -> bool:

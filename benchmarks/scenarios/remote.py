@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
 import socket
 import subprocess
@@ -20,7 +19,14 @@ from openenv_ws.client import EnvClient
 
 from .. import netns
 from ..measure import Placement, Workload, inprocess_steps, latency_row
-from ..servers import PeerServer, PeerUnavailable, serve_supports, supports_pool, tls_files
+from ..servers import (
+    PeerServer,
+    PeerUnavailable,
+    client_keywords,
+    serve_supports,
+    supports_pool,
+    tls_files,
+)
 from ..suite import Column, Context, Section, scenario
 from .latency import BUSY_POLL, polling_pays, sync_steps
 from .peer_openenv import PEER_MODULE, peer_env, peer_ws_steps
@@ -105,7 +111,7 @@ Contender = tuple[str, dict[str, Any], str, str | None]
 
 
 def _contenders(placement: Placement) -> list[Contender]:
-    params = inspect.signature(EnvClient.__init__).parameters
+    params = client_keywords(EnvClient)
     compress = "compression" in params and "delta" in params
     no_compress = None if compress else "EnvClient has no compression/delta arguments yet"
     tls = None

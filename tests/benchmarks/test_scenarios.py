@@ -279,17 +279,15 @@ def needs_netns() -> None:
 @pytest.mark.slow
 @pytest.mark.exclusive("netns")  # as tests/benchmarks/test_netns.py: it cleans stale namespaces
 def test_remote(tmp_path: Path) -> None:
-    import inspect
-
     from benchmarks import netns
-    from benchmarks.servers import serve_supports
+    from benchmarks.servers import client_keywords, serve_supports
     from openenv_ws.client import EnvClient
 
     needs_netns()
     needs_two_cores()  # split placement: the busy-polling row needs a core per side
     args = ("--steps", "20", "--peer-steps", "5", "--placement", "split")
     section = bench(tmp_path, "remote", *args)
-    params = inspect.signature(EnvClient.__init__).parameters
+    params = client_keywords(EnvClient)
     compression = "compression" in params and "delta" in params
     tls = serve_supports("--certfile") and "ca_file" in params
     optional = {
