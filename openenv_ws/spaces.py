@@ -111,11 +111,14 @@ class ArraySpec:
     def __hash__(self) -> int:
         return hash((self.shape, self.dtype))
 
-    def check(self, value: Any) -> str | None:
+    def check(self, value: Any, rows: int | None = None) -> str | None:
+        """What is wrong with `value` as a value of this space (None: nothing); with
+        `rows`, as that many values stacked (shape ``(rows, *shape)``)."""
         if type(value) is not np.ndarray:
             return f"an array is needed, got {type(value).__name__}"
-        if value.shape != self.shape:
-            return f"shape {list(value.shape)} is not {list(self.shape)}"
+        shape = self.shape if rows is None else (rows, *self.shape)
+        if value.shape != shape:
+            return f"shape {list(value.shape)} is not {list(shape)}"
         want = np.dtype(self.dtype)
         if value.dtype != want and not np.can_cast(value.dtype, want, "same_kind"):
             return f"dtype {value.dtype.name} does not cast to {self.dtype}"

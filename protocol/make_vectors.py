@@ -408,6 +408,12 @@ def _vector_frames(atari_config: dict[str, Any]) -> Iterator[tuple[str, str, str
         "send actions as a list, in the previous batch's row order, observations left out",
         Send(id=5, action=[2, 0], obs=False),
     )
+    yield (
+        "send_box",
+        "client",
+        "send continuous actions: a float32 row of the action space's shape [1] per env",
+        Send(id=6, action=np.array([[0.5], [-1.25]], np.float32)),
+    )
     rows = 2
     yield (
         "batch",
@@ -1437,14 +1443,9 @@ def _malformed_vector() -> Iterator[tuple[str, str, str, bytes, str, int | None,
         ("send_no_action", "send without action", send(_p("env_ids"), _p([1, 2]))),
         ("send_action_int", "action is one integer", send(_p("action"), _p(3))),
         (
-            "send_action_float_array",
-            "action is a float32 array",
-            send(_p("action"), _ext(1, _array_payload(10, [2], struct.pack("<2f", 1, 2)))),
-        ),
-        (
-            "send_action_2d",
-            "action is an int32 array of shape [1, 2]",
-            send(_p("action"), _ext(1, _array_payload(6, [1, 2], struct.pack("<2i", 1, 2)))),
+            "send_action_0d",
+            "action is a float32 array of no dimension (no row per env)",
+            send(_p("action"), _ext(1, _array_payload(10, [], struct.pack("<f", 1)))),
         ),
         ("send_action_nested", "action is a list holding a list", send(_p("action"), _p([1, [2]]))),
         ("send_action_float_item", "action list holds 1.5", send(_p("action"), _p([1, 1.5]))),

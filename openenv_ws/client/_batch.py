@@ -245,8 +245,10 @@ def _shape_error(n: int, got: Any) -> ValueError:
     )
 
 
-def action_array(actions: Any, n: int) -> Array:
-    """`actions` as a 1-d array of `n` integer actions, one per env, as sent on the wire.
+def action_array(actions: Any, n: int, space: Space | None = None) -> Array:
+    """`actions` as sent on the wire: for a discrete `space` (or None), a 1-d array of `n`
+    integer actions, one per env; for another space, an array with a row per env
+    (:func:`value_rows`).
 
     An integer array of shape ``(n,)`` is used as it is; a sequence of ints
     becomes one.
@@ -255,6 +257,8 @@ def action_array(actions: Any, n: int) -> Array:
         ValueError: not `n` actions (the message names the shape ``(n,)``), or
             actions that are not integers (floats, bools, objects).
     """
+    if space is not None and not isinstance(space, DiscreteSpec):
+        return value_rows(actions, n, space)
     if type(actions) is np.ndarray:
         arr: Array = actions
     else:
@@ -285,3 +289,35 @@ def env_id_list(env_ids: Any, n: int) -> list[int]:
     if len(set(ids)) != len(ids):
         raise ValueError(f"env ids {ids} repeat an env; name each env once")
     return ids
+
+
+def value_rows(actions: Any, n: int, space: Space) -> Array:
+    """`actions` of a space other than a discrete one as an array with a row per env:
+    for an array space, of shape ``(n, *shape)`` in the space's dtype (cast when the
+    cast keeps the kind, e.g. a policy's float64 to float32).
+
+    Raises:
+        ValueError: not `n` rows of the space's shape, or numbers of another kind.
+    """
+    arr: Array = actions if type(actions) is np.ndarray else np.asarray(actions)
+    if isinstance(space, ArraySpec):
+        want = (n, *space.shape)
+        if arr.shape != want:
+            raise ValueError(
+                f"actions must have shape {want}, a row of the action space's shape "
+                f"{space.shape} per env; got {arr.shape}"
+            )
+        if arr.dtype != space.dtype:
+            if not np.can_cast(arr.dtype, space.dtype, "same_kind"):
+                raise ValueError(
+                    f"actions of dtype {arr.dtype.name} do not cast to the action space's "
+                    f"{space.dtype}"
+                )
+            arr = arr.astype(space.dtype)
+        return arr
+    if arr.ndim == 0 or len(arr) != n or arr.dtype.kind not in "biuf":
+        raise ValueError(
+            f"actions must be an array of numbers with {n} rows, one per env; got an array "
+            f"of {arr.dtype.name} and shape {arr.shape}"
+        )
+    return arr

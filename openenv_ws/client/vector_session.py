@@ -214,7 +214,8 @@ class VectorSessionClient(Linked):
         """Step every env with its action and return one row per env, in env order.
 
         Args:
-            actions: one integer action per env, shape ``(num_envs,)``.
+            actions: one action per env: integers of shape ``(num_envs,)`` for a
+                discrete space, else a row per env (a Box: ``(num_envs, *shape)``).
 
         Returns:
             ``(obs, rewards, terminations, truncations, infos)``.
@@ -222,7 +223,7 @@ class VectorSessionClient(Linked):
         Raises:
             InvalidState: an asynchronous session (use :meth:`send` and
                 :meth:`recv`), a pending :meth:`send`, or a closed client.
-            ValueError: `actions` is not ``num_envs`` integers (nothing is sent).
+            ValueError: `actions` is not ``num_envs`` actions of the space (nothing is sent).
             RemoteEnvError: the server refused the step (e.g. ``invalid_action``).
         """
         if self.asynchronous:
@@ -231,7 +232,7 @@ class VectorSessionClient(Linked):
                 f"{self.batch_size} < num_envs {self.num_envs}: use send() and recv()"
             )
         self._idle("step")
-        arr = action_array(actions, self.num_envs)
+        arr = action_array(actions, self.num_envs, self.spec.action)
         reply = self._link.roundtrip(self._core.step_frame(arr, True), self._wait(timeout))
         return self._take(reply, by_env=True)
 
@@ -242,7 +243,8 @@ class VectorSessionClient(Linked):
         returns the next batch).
 
         Args:
-            actions: one integer action per env of the last batch, shape ``(batch_size,)``.
+            actions: one action per env of the last batch, ``batch_size`` rows (as
+                :meth:`step`'s).
             env_ids: the env of each action, exactly the last batch's envs in any
                 order; None: the last batch's row order (``infos["env_id"]``).
 
@@ -256,7 +258,7 @@ class VectorSessionClient(Linked):
         last = self._last_ids
         if last is None:
             raise InvalidState("no batch to act on yet; call reset() first")
-        arr = action_array(actions, self.batch_size)
+        arr = action_array(actions, self.batch_size, self.spec.action)
         ids: Array | None = None
         if env_ids is not None:
             ids = np.asarray(env_id_list(env_ids, self.num_envs), np.int32)

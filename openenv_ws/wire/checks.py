@@ -23,6 +23,7 @@ from .limits import MAX_CODEC_NAME, MAX_CODECS, MAX_DEPTH, MAX_ID, MAX_NUM_ENVS,
 
 __all__ = [
     "ACTION",
+    "ACTION_ROWS",
     "BIN",
     "BOOL",
     "BOOL_ROWS",
@@ -282,6 +283,23 @@ def _int_rows(name: str, v: Any) -> Any:
 
 INT_ROWS = Kind("intRows", _int_rows)
 OPT_INT_ROWS = Kind("optIntRows", _or_nil(_int_rows))
+
+
+def _action_rows(name: str, v: Any) -> Any:
+    """One action per env: a list of integers, or an array of a numeric dtype whose first
+    dimension is the envs (a row per env: continuous and multi-discrete actions)."""
+    if type(v) is np.ndarray:
+        if v.ndim == 0 or v.dtype.kind not in "biuf":
+            raise ProtocolError(
+                f"field '{name}' must be a list of integers or an array of numbers with a row "
+                f"per env, got an array of {v.dtype.name} and shape {list(v.shape)}",
+                code="bad_request",
+            )
+        return v
+    return _int_rows(name, v)
+
+
+ACTION_ROWS = Kind("actionRows", _action_rows)
 
 
 def _rows(dtype: str) -> Check:

@@ -167,7 +167,7 @@ class Send(Frame):
     envs, any order); None means the previous batch's row order.
     """
 
-    action: Any = _wire(k.INT_ROWS, default=None, required=True)
+    action: Any = _wire(k.ACTION_ROWS, default=None, required=True)
     env_ids: Any = _wire(k.OPT_INT_ROWS, default=None)
     obs: bool = _wire(k.BOOL, default=True)
 

@@ -126,7 +126,9 @@ class SerialVectorEnvironment(VectorEnvironment):
         results = list(self._last)
         rewards = np.zeros(self.num_envs)
         final: dict[int, EnvResult] = {}
-        for i, action in zip(env_ids.tolist(), actions.tolist(), strict=True):
+        # Discrete actions as Python ints; other spaces' rows as the arrays a single env takes.
+        rows = actions.tolist() if actions.ndim == 1 else list(actions)
+        for i, action in zip(env_ids.tolist(), rows, strict=True):
             env = self.envs[i]
             if self._autoreset.step_is_reset(i):  # next_step: the step after the end
                 results[i] = env.reset()

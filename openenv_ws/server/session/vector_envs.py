@@ -20,6 +20,7 @@ import numpy as np
 from ..._shm import MIN_SHARED_BYTES, ServerRegion
 from ...brief import brief, brief_keys
 from ...environment import (
+    ArraySpec,
     BatchResult,
     DiscreteSpec,
     EnvFactory,
@@ -237,7 +238,10 @@ class VectorSession:
         )
 
     def _action_rows(self, action: Any, rows: int) -> np.ndarray[Any, Any]:
-        """`action` as int64 rows, one per env of the batch, each in the action space."""
+        """`action` as rows, one per env of the batch, each in the action space: int64 for
+        a discrete space, else an array of the space's values stacked."""
+        if self._actions is None:
+            return self._array_rows(action, rows)
         kind = type(action)
         if kind is np.ndarray and action.ndim == 1 and action.dtype.kind in "iu":
             values: Any = action.tolist()  # Python ints: min, max and the checks below are cheaper
@@ -266,6 +270,34 @@ class VectorSession:
             return np.asarray(values, dtype=np.int64)
         except OverflowError:
             raise InvalidAction(f"an action of {brief(action)} is outside 64 bits") from None
+
+    def _array_rows(self, action: Any, rows: int) -> np.ndarray[Any, Any]:
+        """`action` as the actions of a space other than a discrete one: an array whose
+        first dimension is the envs, each row a value of the space."""
+        space = self._spec.action
+        kind = space.to_wire()["type"]
+        if type(action) is not np.ndarray or action.ndim == 0:
+            raise InvalidAction(
+                f"a vector session's action must be an array of {rows} rows of its "
+                f"'{kind}' action space, got {brief(action)}"
+            )
+        if len(action) != rows:
+            raise InvalidAction(
+                f"a vector session's action must have {rows} rows, one per env of the "
+                f"batch, got {len(action)}"
+            )
+        if isinstance(space, ArraySpec):
+            problem = space.check(action, rows)
+            if problem is not None:
+                raise InvalidAction(
+                    f"the actions are not {rows} values of the action space: {problem}"
+                )
+            return action.astype(space.dtype, copy=False)
+        for i, row in enumerate(action):
+            problem = space.check(row)
+            if problem is not None:
+                raise InvalidAction(f"the action of row {i} is not in the action space: {problem}")
+        return action
 
     def _order(self, env_ids: Any, pending: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """`env_ids` of a send as int32, checked to be exactly the envs of the last batch."""

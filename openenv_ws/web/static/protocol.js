@@ -134,6 +134,13 @@ const CHECKS = {
     return v;
   },
   optIntRows: (n, v) => (v === null ? v : CHECKS.intRows(n, v)),
+  actionRows: (n, v) => {
+    if (!(v instanceof NDArray)) return CHECKS.intRows(n, v);
+    if (v.shape.length === 0 || !/^(u?int|float|bool)/.test(v.dtype)) {
+      throw new ProtocolError(`field '${n}' must be a list of integers or an array of numbers with a row per env, got an array of ${v.dtype} and shape [${v.shape.join(", ")}]`, "bad_request");
+    }
+    return v;
+  },
   float64Rows: (n, v) => rows(n, v, "float64"),
   boolRows: (n, v) => rows(n, v, "bool"),
   int32Rows: (n, v) => rows(n, v, "int32"),

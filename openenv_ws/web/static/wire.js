@@ -16,7 +16,7 @@ export const CLIENT_OPS = {
   open: [["version", "uint32", true, null], ["config", "mapOrNil", false, {}], ["token", "optStr", false, null], ["resume", "optStr", false, null], ["palette", "bool", false, false], ["compress", "codecs", false, []], ["delta", "bool", false, false], ["num_envs", "numEnvs", false, null], ["batch_size", "numEnvs", false, null], ["structured", "bool", false, false]],
   reset: [["seed", "optUint", false, null], ["episode_id", "optStr", false, null], ["options", "mapOrNil", false, {}]],
   step: [["action", "action", true, null], ["obs", "bool", false, true]],
-  send: [["action", "intRows", true, null], ["env_ids", "optIntRows", false, null], ["obs", "bool", false, true]],
+  send: [["action", "actionRows", true, null], ["env_ids", "optIntRows", false, null], ["obs", "bool", false, true]],
   state: [],
   snapshot: [],
   restore: [["snapshot", "bin", true, null]],

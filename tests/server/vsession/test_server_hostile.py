@@ -157,12 +157,12 @@ def test_hostile_requests_in_an_async_session(server: ServerThread, bystanders: 
             (Send(id=16, action=[0, 0], env_ids=[*ids, 0]), "bad_request", ["env_ids", "3"]),
             (Send(id=17, action=[0]), "invalid_action", ["2 integers"]),
             (Send(id=18, action=[0, 0, 0]), "invalid_action", ["2 integers"]),
-            (Send(id=19, action=np.zeros(2, np.float32)), "bad_request", ["float32"]),
+            (Send(id=19, action=np.zeros(2, np.float32)), "invalid_action", ["float32"]),
             (Send(id=20, action=[0, 6]), "invalid_action", ["outside the action space"]),
             (Send(id=21, action=[0, -1]), "invalid_action", ["outside the action space"]),
             (Send(id=22, action=[[0], [1]]), "bad_request", ["action"]),
             (Send(id=23, action=[0, 1.5]), "bad_request", ["action"]),  # type: ignore[list-item]
-            (Send(id=24, action=np.zeros((2, 1), np.int64)), "bad_request", ["shape"]),
+            (Send(id=24, action=np.zeros((2, 1), np.int64)), "invalid_action", ["shape [2, 1]"]),
             (Send(id=25, action=[0, 2**63 - 1]), "invalid_action", ["outside"]),
             (Snapshot(id=26), "unsupported", ["snapshot"]),
             (Restore(id=27, snapshot=b"x" * 64), "unsupported", ["restore"]),
@@ -215,6 +215,7 @@ def test_hostile_requests_in_a_sync_session(server: ServerThread, bystanders: By
             (9, [0, 1, 99], "invalid_action", ["99", "0..5"]),
             (10, [0, [1], 2], "invalid_action", ["3 integers"]),
             (11, np.zeros((3, 2), np.int32), "invalid_action", ["shape [3, 2]"]),
+            (18, np.zeros((3, 1), np.float32), "invalid_action", ["float32", "shape [3, 1]"]),
         ]:
             _refused(ws, Step(id=rid, action=action), code, words)
             bystanders.step()
